@@ -1,0 +1,24 @@
+"""Shared fixtures: a private compile cache per test session, and the GPU marker's skip."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_compile_cache(tmp_path_factory):
+    """Tests never read or pollute the user's cache; spawned workers inherit the variable."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ASTRA_CACHE_DIR", str(tmp_path_factory.mktemp("astra-cache")))
+    yield
+    mp.undo()
+
+
+def pytest_collection_modifyitems(config, items):
+    from astra_kernels.tools.device import gpu_available
+
+    if any("gpu" in item.keywords for item in items) and not gpu_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible to the driver here)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)

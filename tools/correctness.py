@@ -1,0 +1,108 @@
+"""Comparing a kernel's outputs with the float64 reference, and the checks that catch cheating.
+
+Each check is a named outcome so the generator can be told exactly what failed: which output,
+how many elements, the worst one and where.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+
+from .problem import Tolerance
+
+
+class Check(BaseModel):
+    name: str
+    passed: bool
+    detail: str = ""
+    max_abs_error: float | None = None
+    norm_error: float | None = None
+
+
+# Repeated, this byte reads as NaN in every float type (all exponent and mantissa bits set), so
+# an output element the kernel never wrote fails the comparison.
+POISON_BYTE = 0xFF
+
+
+def compare(name: str, out: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Check:
+    """Elementwise and norm comparison of one output; NaN where the reference has none fails.
+
+    Integer outputs (indices, counts, raw bits) must match exactly.
+    """
+    if out.dtype.kind in "iub":
+        return _compare_exact(name, out, expected)
+    got = out.astype(np.float64)
+    ref = expected.astype(np.float64)
+    if got.shape != ref.shape:
+        return Check(name=name, passed=False, detail=f"shape {got.shape}, expected {ref.shape}")
+    ref_nan = np.isnan(ref)
+    bad_nan = np.isnan(got) & ~ref_nan
+    if bad_nan.any():
+        first = np.unravel_index(int(np.argmax(bad_nan)), got.shape)
+        return Check(
+            name=name, passed=False,
+            detail=f"{int(bad_nan.sum())} of {got.size} elements are NaN (unwritten or invalid), "
+            f"first at {tuple(int(i) for i in first)}",
+        )
+    finite = np.isfinite(ref)
+    inf_mismatch = ~finite & ~ref_nan & (got != ref)
+    if inf_mismatch.any():
+        first = np.unravel_index(int(np.argmax(inf_mismatch)), got.shape)
+        return Check(name=name, passed=False,
+                     detail=f"{int(inf_mismatch.sum())} infinite reference values differ, "
+                     f"first at {tuple(int(i) for i in first)}")
+    diff = np.where(finite, np.abs(got - np.where(finite, ref, 0.0)), 0.0)
+    if not np.isfinite(diff).all():
+        first = np.unravel_index(int(np.argmax(~np.isfinite(diff))), got.shape)
+        return Check(name=name, passed=False,
+                     detail=f"non-finite output where the reference is finite, first at "
+                     f"{tuple(int(i) for i in first)}")
+    allowed = tol.atol + tol.rtol * np.abs(np.where(finite, ref, 0.0))
+    excess = diff - allowed
+    max_abs = float(diff.max()) if diff.size else 0.0
+    ref_norm = float(np.linalg.norm(np.where(finite, ref, 0.0)))
+    norm_error = float(np.linalg.norm(diff)) / ref_norm if ref_norm > 0 else float(np.linalg.norm(diff))
+    failing = excess > 0
+    if failing.any() or norm_error > tol.max_norm_error:
+        worst = np.unravel_index(int(np.argmax(excess)), got.shape)
+        return Check(
+            name=name, passed=False, max_abs_error=max_abs, norm_error=norm_error,
+            detail=f"{int(failing.sum())} of {got.size} elements outside rtol={tol.rtol} "
+            f"atol={tol.atol}; worst at {tuple(int(i) for i in worst)}: got {got[worst]!r}, "
+            f"expected {ref[worst]!r}; relative norm error {norm_error:.3g} "
+            f"(limit {tol.max_norm_error})",
+        )
+    return Check(name=name, passed=True, max_abs_error=max_abs, norm_error=norm_error,
+                 detail=f"max abs error {max_abs:.3g}, relative norm error {norm_error:.3g}")
+
+
+def _compare_exact(name: str, out: np.ndarray, expected: np.ndarray) -> Check:
+    if out.shape != expected.shape:
+        return Check(name=name, passed=False, detail=f"shape {out.shape}, expected {expected.shape}")
+    wrong = out != expected
+    if wrong.any():
+        first = np.unravel_index(int(np.argmax(wrong)), out.shape)
+        return Check(name=name, passed=False,
+                     detail=f"{int(wrong.sum())} of {out.size} elements differ, first at "
+                     f"{tuple(int(i) for i in first)}: got {out[first]!r}, expected {expected[first]!r}")
+    return Check(name=name, passed=True, max_abs_error=0.0, norm_error=0.0, detail="exact")
+
+
+def unchanged(name: str, before: np.ndarray, after: np.ndarray) -> Check:
+    """A read-only input must come back bit for bit."""
+    same = before.tobytes() == after.tobytes()
+    return Check(name=f"{name} unchanged", passed=same,
+                 detail="" if same else f"the kernel modified its input {name!r}")
+
+
+def outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray],
+                   expected_first: dict[str, np.ndarray], expected_second: dict[str, np.ndarray]) -> Check:
+    """Two different inputs must give different outputs wherever the reference says they do."""
+    for name in first:
+        if expected_first[name].tobytes() != expected_second[name].tobytes() and (
+            first[name].tobytes() == second[name].tobytes()
+        ):
+            return Check(name="fresh outputs", passed=False,
+                         detail=f"output {name!r} is identical for two different inputs (cached result?)")
+    return Check(name="fresh outputs", passed=True)

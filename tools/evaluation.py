@@ -1,0 +1,226 @@
+"""One evaluation, start to finish, inside the worker: compile, check, time.
+
+This is the protocol every number in the project comes from (design.md, "Measuring a kernel"):
+fresh seeded inputs for each check, outputs poisoned with NaN, read-only inputs verified
+unchanged, a second draw that must change the outputs, then CUDA-graph timing over rotating
+input sets against the copy-bandwidth floor measured in the same process.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from .compiler import CompileOptions, KernelInfo, compile_source
+from .correctness import POISON_BYTE, Check, compare, outputs_differ, unchanged
+from .device import Device, DeviceBuffer, Kernel
+from .dtypes import numpy_dtype
+from .errors import AstraError, CompileError, KernelNotFoundError, LaunchArgumentError, LaunchError
+from .problem import Problem
+from .ceiling import copy_bandwidth
+from .timing import Timing, rotation_count, time_graph, time_stream
+
+Status = Literal[
+    "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout"
+]
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        n = 1
+        for d in self.block:
+            n *= d
+        return n
+
+
+@dataclass
+class EvaluationRequest:
+    """A candidate kernel and what to do with it."""
+
+    source: str
+    kernel: str
+    launch: LaunchShape
+    problem: Problem
+    options: CompileOptions = field(default_factory=CompileOptions)
+    check: bool = True
+    time: bool = True
+    seeds: tuple[int, int] = (1, 2)
+    replays: int = 10
+    min_launches: int = 20
+    stream_timing: bool = True
+    label: str = ""
+
+
+class EvaluationResult(BaseModel):
+    """Everything measured about one candidate; `status` says how far it got."""
+
+    status: Status
+    message: str = ""
+    label: str = ""
+    kernel: str = ""
+    device: str = ""
+    arch: str = ""
+    kernel_info: KernelInfo | None = None
+    compile_seconds: float | None = None
+    compile_cached: bool | None = None
+    checks: list[Check] = Field(default_factory=list)
+    timing: Timing | None = None
+    stream_timing: Timing | None = None
+    occupancy_blocks_per_sm: int | None = None
+    bytes_moved: int = 0
+    copy_bandwidth_gbs: float | None = None
+    floor_us: float | None = None
+    fraction_of_copy_bandwidth: float | None = None
+    wall_seconds: float = 0.0
+    fatal: bool = False  # the worker's CUDA context can no longer be trusted
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+
+class _Buffers:
+    """One full set of device buffers for a problem, in parameter order."""
+
+    def __init__(self, problem: Problem):
+        self.by_name: dict[str, DeviceBuffer] = {p.name: DeviceBuffer(p.nbytes) for p in problem.buffers}
+
+    def args(self, problem: Problem) -> list:
+        return [self.by_name[p.name] if p.is_buffer else p.scalar() for p in problem.params]
+
+    def close(self) -> None:
+        for buf in self.by_name.values():
+            buf.close()
+
+
+def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int):
+    """Launch once on a fresh draw; return (checks, outputs as downloaded, expected)."""
+    problem = request.problem
+    case = problem.make_case(seed)
+    problem.validate_case(case)
+    buffers = _Buffers(problem)
+    try:
+        for p in problem.buffers:
+            if p.role in ("in", "inout"):
+                buffers.by_name[p.name].upload(case.inputs[p.name])
+            else:
+                buffers.by_name[p.name].fill_bytes(POISON_BYTE)
+        launch = request.launch
+        device.launch(kernel, launch.grid, launch.block, buffers.args(problem), launch.shared_bytes)
+        device.synchronize()
+        checks: list[Check] = []
+        outputs: dict[str, np.ndarray] = {}
+        for p in problem.buffers:
+            got = buffers.by_name[p.name].download(numpy_dtype(p.dtype), p.shape)
+            if p.role == "in":
+                checks.append(unchanged(p.name, case.inputs[p.name], got))
+            else:
+                outputs[p.name] = got
+                checks.append(compare(p.name, got, case.expected[p.name], problem.tolerance(p.dtype)))
+        return checks, outputs, case.expected
+    finally:
+        buffers.close()
+
+
+def _check(device: Device, kernel: Kernel, request: EvaluationRequest) -> list[Check]:
+    first_seed, second_seed = request.seeds
+    checks_a, out_a, exp_a = _run_case(device, kernel, request, first_seed)
+    checks_b, out_b, exp_b = _run_case(device, kernel, request, second_seed)
+    for c in checks_a:
+        c.name = f"{c.name} (seed {first_seed})"
+    for c in checks_b:
+        c.name = f"{c.name} (seed {second_seed})"
+    return checks_a + checks_b + [outputs_differ(out_a, out_b, exp_a, exp_b)]
+
+
+def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[Timing, Timing | None]:
+    """Graph-replayed and stream timings over enough input sets to keep L2 cold."""
+    problem = request.problem
+    sets_needed = rotation_count(problem.set_bytes)
+    launches = max(sets_needed, request.min_launches)
+    case = problem.make_case(request.seeds[0])
+    sets = [_Buffers(problem) for _ in range(sets_needed)]
+    try:
+        for buffers in sets:
+            for p in problem.buffers:
+                if p.role in ("in", "inout"):
+                    buffers.by_name[p.name].upload(case.inputs[p.name])
+        arg_lists = [b.args(problem) for b in sets]
+        launch = request.launch
+
+        def enqueue(i: int) -> None:
+            device.launch(kernel, launch.grid, launch.block, arg_lists[i % sets_needed], launch.shared_bytes)
+
+        graph = time_graph(device, enqueue, launches=launches, input_sets=sets_needed,
+                           replays=request.replays)
+        stream = (
+            time_stream(device, enqueue, launches=launches, input_sets=sets_needed)
+            if request.stream_timing else None
+        )
+        return graph, stream
+    finally:
+        for buffers in sets:
+            buffers.close()
+
+
+def evaluate(device: Device, request: EvaluationRequest) -> EvaluationResult:
+    """Run the protocol; every failure becomes a result with a status, never an exception."""
+    started = time.perf_counter()
+    result = EvaluationResult(
+        status="ok", label=request.label, kernel=request.kernel, device=device.properties.name,
+        arch=device.properties.arch, bytes_moved=request.problem.bytes_moved,
+    )
+    try:
+        options = request.options
+        if options.arch is None:
+            options = options.model_copy(update={"arch": device.properties.arch})
+        module = compile_source(request.source, options)
+        result.compile_seconds = module.compile_seconds
+        result.compile_cached = module.cached
+        result.kernel_info = module.kernel(request.kernel)
+        kernel = device.load(module, request.kernel)
+        if request.launch.shared_bytes > 48 * 1024:
+            device.set_dynamic_shared(kernel, request.launch.shared_bytes)
+        result.occupancy_blocks_per_sm = device.occupancy(
+            kernel, request.launch.threads, request.launch.shared_bytes
+        )
+        if request.check:
+            result.checks = _check(device, kernel, request)
+            if not result.correct:
+                failed = [c for c in result.checks if not c.passed]
+                result.status = "incorrect"
+                result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
+                return result
+        if request.time:
+            result.timing, result.stream_timing = _time(device, kernel, request)
+            bandwidth = copy_bandwidth(device)
+            result.copy_bandwidth_gbs = bandwidth / 1e9
+            if request.problem.bytes_moved:
+                result.floor_us = request.problem.bytes_moved / bandwidth * 1e6
+                result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
+    except CompileError as exc:
+        result.status, result.message = "compile_error", str(exc)
+    except (KernelNotFoundError, LaunchArgumentError) as exc:
+        result.status, result.message = "invalid", str(exc)
+    except LaunchError as exc:
+        # A fault in a kernel is sticky: this context is done for.
+        result.status, result.message, result.fatal = "launch_error", str(exc), True
+    except AstraError as exc:
+        result.status, result.message = "invalid", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a bug in a case factory or here: report it, keep the worker honest
+        result.status, result.fatal = "crashed", True
+        result.message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+    finally:
+        result.wall_seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,141 @@
+"""Timing kernels the way this project reports them: CUDA-graph replay over rotating inputs.
+
+A host loop costs about 5 us a launch through Python, more than many of these kernels take, so
+kernels are captured N at a time into a CUDA graph and the graph is replayed; each launch reads
+a different input set, so that together they exceed L2 and every launch reads cold memory. The
+per-launch median of several replays is the figure; its spread says how far to trust a difference.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel
+
+from .device import Device, _driver, check
+
+COLD_BYTES = 256 << 20  # the rotating sets together exceed any current L2 several times
+
+
+class Timing(BaseModel):
+    """Per-launch microseconds of one kernel configuration."""
+
+    median_us: float
+    min_us: float
+    max_us: float
+    spread: float  # (max - min) / median over replays
+    samples_us: list[float]
+    launches_per_replay: int
+    input_sets: int
+    method: str  # "graph" or "stream"
+
+
+class Events:
+    """A pair of CUDA events around work on a stream."""
+
+    def __init__(self):
+        driver = _driver()
+        flags = driver.CUevent_flags.CU_EVENT_DEFAULT
+        self.start = check(driver.cuEventCreate(flags), "event")
+        self.stop = check(driver.cuEventCreate(flags), "event")
+
+    def record_start(self, stream) -> None:
+        check(_driver().cuEventRecord(self.start, stream), "record")
+
+    def record_stop(self, stream) -> None:
+        check(_driver().cuEventRecord(self.stop, stream), "record")
+
+    def elapsed_ms(self) -> float:
+        driver = _driver()
+        check(driver.cuEventSynchronize(self.stop), "event synchronize")
+        return float(check(driver.cuEventElapsedTime(self.start, self.stop), "elapsed"))
+
+    def close(self) -> None:
+        driver = _driver()
+        driver.cuEventDestroy(self.start)
+        driver.cuEventDestroy(self.stop)
+
+
+def rotation_count(bytes_per_set: int, cold_bytes: int = COLD_BYTES, most: int = 4096) -> int:
+    """How many input sets make the rotation at least `cold_bytes` in all."""
+    return max(2, min(most, -(-cold_bytes // max(1, bytes_per_set))))
+
+
+def _summarise(samples: Sequence[float], launches: int, sets: int, method: str) -> Timing:
+    median = statistics.median(samples)
+    return Timing(
+        median_us=median, min_us=min(samples), max_us=max(samples),
+        spread=(max(samples) - min(samples)) / median if median > 0 else 0.0,
+        samples_us=list(samples), launches_per_replay=launches, input_sets=sets, method=method,
+    )
+
+
+def time_graph(
+    device: Device,
+    enqueue: Callable[[int], None],
+    *,
+    launches: int,
+    input_sets: int,
+    replays: int = 10,
+    warmup_replays: int = 2,
+) -> Timing:
+    """Capture `launches` calls of enqueue(i) (i = launch index) in one graph and time replays.
+
+    `enqueue(i)` must put exactly the work of one kernel call on `device.stream`, reading input
+    set i % input_sets. Returns per-launch microseconds.
+    """
+    driver = _driver()
+    stream = device.stream
+    mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    check(driver.cuStreamBeginCapture(stream, mode), "begin capture")
+    try:
+        for i in range(launches):
+            enqueue(i)
+    finally:
+        graph = check(driver.cuStreamEndCapture(stream), "end capture")
+    try:
+        executable = check(driver.cuGraphInstantiate(graph, 0), "instantiate graph")
+        events = Events()
+        try:
+            for _ in range(warmup_replays):
+                check(driver.cuGraphLaunch(executable, stream), "graph launch")
+            samples = []
+            for _ in range(replays):
+                events.record_start(stream)
+                check(driver.cuGraphLaunch(executable, stream), "graph launch")
+                events.record_stop(stream)
+                samples.append(events.elapsed_ms() * 1000.0 / launches)
+        finally:
+            events.close()
+            driver.cuGraphExecDestroy(executable)
+    finally:
+        driver.cuGraphDestroy(graph)
+    device.synchronize()
+    return _summarise(samples, launches, input_sets, "graph")
+
+
+def time_stream(
+    device: Device,
+    enqueue: Callable[[int], None],
+    *,
+    launches: int,
+    input_sets: int,
+    replays: int = 5,
+) -> Timing:
+    """The same measurement with launches issued one by one from Python (host overhead included)."""
+    stream = device.stream
+    enqueue(0)
+    device.synchronize()
+    events = Events()
+    samples = []
+    try:
+        for _ in range(replays):
+            events.record_start(stream)
+            for i in range(launches):
+                enqueue(i)
+            events.record_stop(stream)
+            samples.append(events.elapsed_ms() * 1000.0 / launches)
+    finally:
+        events.close()
+    return _summarise(samples, launches, input_sets, "stream")

@@ -1,0 +1,148 @@
+"""The evaluation worker: a child process that owns the CUDA context and runs candidates.
+
+Generated kernels fault and hang. An illegal address makes the context unusable and a hung kernel
+never returns, so neither may happen in the process that holds the search's state. The parent
+sends a request down a pipe and waits with a deadline; a dead or silent child is killed, the
+candidate is recorded as crashed or timed out with the reason, and the next request gets a
+fresh child.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+from .errors import NoGpuError, WorkerError
+from .evaluation import EvaluationRequest, EvaluationResult
+
+_READY = "ready"
+
+
+def _serve(conn, device_index: int) -> None:
+    """Child side: open the device, say so, then answer requests until told to stop."""
+    try:
+        from .device import Device
+
+        device = Device(device_index)
+    except Exception as exc:  # NoGpuError and driver failures alike go back as text
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send((_READY, {"name": device.properties.name, "arch": device.properties.arch,
+                        "pid": os.getpid()}))
+    from .evaluation import evaluate
+
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        result = evaluate(device, request)
+        conn.send(result)
+        if result.fatal:
+            return
+
+
+class EvaluationWorker:
+    """Parent side. `evaluate` always returns a result; only a missing GPU raises."""
+
+    def __init__(self, device_index: int = 0, timeout_s: float = 300.0, start_timeout_s: float = 120.0):
+        self.device_index = device_index
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._process = None
+        self._conn = None
+        self.device: dict | None = None
+        self.restarts = 0
+
+    def __enter__(self) -> "EvaluationWorker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            return
+        # spawn, never fork: a CUDA context does not survive fork, and the child must start clean.
+        context = multiprocessing.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(target=_serve, args=(child, self.device_index), daemon=True)
+        process.start()
+        child.close()
+        if not parent.poll(self.start_timeout_s):
+            process.kill()
+            raise WorkerError(f"the evaluation worker did not start within {self.start_timeout_s:.0f} s")
+        try:
+            kind, payload = parent.recv()
+        except EOFError:
+            process.join(5)
+            raise WorkerError(f"the evaluation worker died while starting (exit code {process.exitcode})") from None
+        if kind != _READY:
+            process.join(5)
+            raise NoGpuError(f"cannot evaluate kernels here: {payload}")
+        self._process, self._conn, self.device = process, parent, payload
+
+    def _replace(self) -> None:
+        """Drop a worker whose context can no longer be trusted; the next request starts another."""
+        self._discard()
+        self.restarts += 1
+
+    def _discard(self) -> None:
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(10)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+
+    def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
+        """Run one request in the worker; a crash or a timeout is a result, and the worker is replaced."""
+        if self._process is None or not self._process.is_alive():
+            self._discard()
+            self.start()
+        deadline = timeout_s if timeout_s is not None else self.timeout_s
+        started = time.perf_counter()
+        base = dict(label=request.label, kernel=request.kernel,
+                    device=self.device["name"], arch=self.device["arch"],
+                    bytes_moved=request.problem.bytes_moved)
+        try:
+            self._conn.send(request)
+            ready = self._conn.poll(deadline)
+            result = self._conn.recv() if ready else None
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._process.join(5)
+            code = self._process.exitcode
+            self._replace()
+            return EvaluationResult(
+                status="crashed", fatal=True, wall_seconds=time.perf_counter() - started,
+                message=f"the evaluation worker died (exit code {code}); a fresh one takes the next request",
+                **base,
+            )
+        if result is None:
+            self._replace()
+            return EvaluationResult(
+                status="timeout", fatal=True, wall_seconds=time.perf_counter() - started,
+                message=f"no answer within {deadline:.1f} s (a hung kernel or compile); the worker was killed",
+                **base,
+            )
+        if result.fatal:
+            self._replace()
+        return result
+
+    def close(self) -> None:
+        if self._conn is not None and self._process is not None and self._process.is_alive():
+            try:
+                self._conn.send(None)
+                self._process.join(10)
+            except (BrokenPipeError, OSError):
+                pass
+        self._discard()
