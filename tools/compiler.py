@@ -41,6 +41,7 @@ class CompileOptions(BaseModel):
     line_info: bool = True
     std: str = "c++17"
     extra: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)  # include name -> text, served by NVRTC
 
     def nvrtc_flags(self, arch: str) -> list[str]:
         flags = [f"--gpu-architecture={arch}", f"--std={self.std}", "--ptxas-options=-v"]
@@ -166,9 +167,13 @@ def _program_text(nvrtc, prog, size_fn, get_fn) -> bytes:
     return buffer.rstrip(b"\0")
 
 
-def _nvrtc_compile(source: str, name: str, flags: list[str]) -> tuple[bool, str, bytes, str]:
+def _nvrtc_compile(source: str, name: str, flags: list[str],
+                   headers: dict[str, str]) -> tuple[bool, str, bytes, str]:
     nvrtc = _nvrtc()
-    prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "create")
+    names = sorted(headers)
+    prog = _check(nvrtc.nvrtcCreateProgram(
+        source.encode(), name.encode(), len(names),
+        [headers[n].encode() for n in names], [n.encode() for n in names]), "create")
     try:
         encoded = [f.encode() for f in flags]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
@@ -199,7 +204,8 @@ def compile_source(
     flags = options.nvrtc_flags(arch) + [f"-I{cuda_include_dir()}"]
     version = nvrtc_version()
     store = CompileCache() if cache is True else (cache or None)
-    key = cache_key(source, name, version, *flags)
+    key = cache_key(source, name, version, *flags,
+                    *(f"{n}\0{text}" for n, text in sorted(options.headers.items())))
 
     if store is not None and (hit := store.get(key)) is not None:
         meta, cubin = hit
@@ -209,7 +215,7 @@ def compile_source(
         return module
 
     start = time.perf_counter()
-    ok, log, cubin, ptx = _nvrtc_compile(source, name, flags)
+    ok, log, cubin, ptx = _nvrtc_compile(source, name, flags, options.headers)
     seconds = time.perf_counter() - start
     if not ok:
         if store is not None:

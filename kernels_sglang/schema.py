@@ -1,0 +1,99 @@
+"""The schema every kernel folder's spec.py fills in: what the kernel computes and on what.
+
+A spec is data, not code paths: the signature (each argument's role, dtype and shape as
+expressions of the shape symbols), the shape sets from kernels.md, the dtypes and variants, the
+bytes moved (the roofline's numerator) and the tolerance. The suite turns it into concrete
+Problems for the evaluation worker, and the planner reads it to reason about the kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from astra_kernels.tools.expressions import Expression
+from astra_kernels.tools.problem import Tolerance
+
+# The element type under test is spelled "T" in a signature; the rest are concrete.
+KERNEL_DTYPE = "T"
+
+
+class ArgSpec(BaseModel):
+    name: str
+    role: Literal["in", "out", "inout", "scalar"]
+    dtype: str
+    shape: list[str] = Field(default_factory=list)  # expressions of the shape symbols
+    value: str | None = None  # scalars: an expression of the shape symbols
+    doc: str = ""
+
+
+class Anchor(BaseModel):
+    """A production timing to beat, from kernels.md (CUDA-graph replay, cold L2)."""
+
+    device: str  # "H200" or "H100"
+    shape: dict[str, int]
+    dtype: str = "bf16"
+    variant: str = "default"
+    sglang_us: float
+    torch_compile_us: float | None = None
+
+
+class KernelSpec(BaseModel):
+    name: str
+    summary: str
+    symbols: list[str]
+    args: list[ArgSpec]
+    dtypes: list[str]
+    variants: dict[str, dict[str, int]] = Field(default_factory=lambda: {"default": {}})
+    shapes: dict[str, list[dict[str, int]]]
+    bytes_moved: str  # expression of the shape symbols and ELEM_BYTES
+    flops: str = "0"
+    tolerances: dict[str, Tolerance] = Field(default_factory=dict)
+    anchors: list[Anchor] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "KernelSpec":
+        known = set(self.symbols) | {"ELEM_BYTES"}
+        for arg in self.args:
+            for text in [*arg.shape, *([arg.value] if arg.value else [])]:
+                unknown = Expression(text).names - known
+                if unknown:
+                    raise ValueError(f"{self.name}: argument {arg.name} uses unknown symbol(s) {sorted(unknown)}")
+            if arg.role == "scalar" and arg.value is None:
+                raise ValueError(f"{self.name}: scalar {arg.name} needs a value expression")
+        for expr in (self.bytes_moved, self.flops):
+            unknown = Expression(expr).names - known
+            if unknown:
+                raise ValueError(f"{self.name}: {expr!r} uses unknown symbol(s) {sorted(unknown)}")
+        for set_name, shapes in self.shapes.items():
+            for shape in shapes:
+                if set(shape) != set(self.symbols):
+                    raise ValueError(f"{self.name}: shape {shape} in {set_name} must set exactly {self.symbols}")
+        for anchor in self.anchors:
+            if anchor.variant not in self.variants:
+                raise ValueError(f"{self.name}: anchor variant {anchor.variant} is not a variant")
+        return self
+
+    def all_shapes(self) -> list[dict[str, int]]:
+        """Every shape of every set, each once, in set order."""
+        seen, shapes = set(), []
+        for shape_set in self.shapes.values():
+            for shape in shape_set:
+                key = tuple(shape[s] for s in self.symbols)
+                if key not in seen:
+                    seen.add(key)
+                    shapes.append(shape)
+        return shapes
+
+    def label(self, shape: dict[str, int]) -> str:
+        return "x".join(str(shape[s]) for s in self.symbols)
+
+    def parse_shape(self, text: str) -> dict[str, int]:
+        """`16x4096` -> {T: 16, D: 4096}, in the order of `symbols`."""
+        parts = text.lower().split("x")
+        if len(parts) != len(self.symbols) or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(
+                f"{text!r} is not a {self.name} shape; write {'x'.join(self.symbols)} with positive integers"
+            )
+        return dict(zip(self.symbols, map(int, parts)))

@@ -1,0 +1,40 @@
+"""silu_and_mul and its gelu variants: the gated activation of a transformer MLP."""
+
+from ..schema import Anchor, ArgSpec, KernelSpec
+
+_SERVING = [{"T": t, "D": d} for t in (1, 16, 128, 2048, 16384) for d in (14336, 28672)]
+_ANCHORS = [
+    # (shape, H200 SGLang us, H200 torch.compile us, H100 SGLang us, H100 torch.compile us)
+    ((16, 4096), 2.55, 1.32, 2.68, 1.41),
+    ((32, 5120), 4.44, 1.58, 4.56, 1.83),
+    ((32, 8192), 5.48, 1.91, 5.55, 2.09),
+    ((16, 12288), 7.23, 1.84, 7.32, 1.85),
+    ((64, 8192), 5.68, 2.32, 5.93, 2.56),
+    ((2048, 14336), 44.79, 42.09, 64.05, 59.76),
+]
+
+SPEC = KernelSpec(
+    name="silu_and_mul",
+    summary="out[t, i] = act(x[t, i]) * x[t, d + i] for i < d; act is silu, gelu (erf) or gelu_tanh; fp32 math",
+    symbols=["T", "D"],
+    args=[
+        ArgSpec(name="x", role="in", dtype="T", shape=["T", "2 * D"], doc="gate half then up half"),
+        ArgSpec(name="out", role="out", dtype="T", shape=["T", "D"]),
+        ArgSpec(name="tokens", role="scalar", dtype="int32", value="T"),
+        ArgSpec(name="d", role="scalar", dtype="int32", value="D"),
+    ],
+    dtypes=["bf16", "fp16", "fp32"],
+    variants={"default": {"ACT": 0}, "gelu": {"ACT": 1}, "gelu_tanh": {"ACT": 2}},
+    shapes={
+        "astra": [{"T": t, "D": d} for t, d in ((16, 4096), (32, 5120), (32, 8192), (16, 12288), (64, 8192))],
+        "serving": _SERVING,
+        "odd": [{"T": 1, "D": 4097}, {"T": 3, "D": 1002}, {"T": 7, "D": 1000}, {"T": 5, "D": 12}],
+    },
+    bytes_moved="3 * T * D * ELEM_BYTES",
+    flops="T * D * 6",
+    anchors=[
+        a for (t, d), hs, hc, ns, nc in _ANCHORS
+        for a in (Anchor(device="H200", shape={"T": t, "D": d}, sglang_us=hs, torch_compile_us=hc),
+                  Anchor(device="H100", shape={"T": t, "D": d}, sglang_us=ns, torch_compile_us=nc))
+    ],
+)

@@ -1,0 +1,211 @@
+"""The suite: kernel folders loaded, and turned into concrete problems and evaluation requests.
+
+Each folder under kernels_sglang/ holds spec.py (a KernelSpec named SPEC), reference.py
+(`make_inputs` and the float64 `reference`), baseline.cu and template.cu. This module is the one
+place that knows that layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from astra_kernels.tools.compiler import CompileOptions
+from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.evaluation import EvaluationRequest, LaunchShape
+from astra_kernels.tools.expressions import Expression
+from astra_kernels.tools.problem import Case, Param, Problem
+from astra_kernels.tools.template import Exclusion, Instance, Template, parse_template
+
+from .schema import KERNEL_DTYPE, KernelSpec
+
+SUITE_DIR = Path(__file__).parent
+COMMON_HEADER = "common.cuh"
+DEFAULT_SMS = 132  # an H100/H200; the device's own count replaces it wherever one is present
+
+C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+
+
+class UnknownKernelError(AstraError):
+    """A kernel name that is not a folder of the suite."""
+
+
+def names() -> list[str]:
+    return sorted(p.parent.name for p in SUITE_DIR.glob("*/spec.py"))
+
+
+@functools.cache
+def headers() -> dict[str, str]:
+    """The suite's shared header, served to NVRTC by name so line numbers stay the file's own."""
+    return {COMMON_HEADER: (SUITE_DIR / COMMON_HEADER).read_text()}
+
+
+@dataclass
+class KernelFolder:
+    name: str
+    path: Path
+    spec: KernelSpec
+    reference: ModuleType
+    baseline: Template
+    template: Template
+
+    def source_of(self, which: str) -> Template:
+        if which not in ("baseline", "template"):
+            raise ValueError(f"which must be 'baseline' or 'template', not {which!r}")
+        return self.baseline if which == "baseline" else self.template
+
+
+def template_symbols(spec: KernelSpec) -> set[str]:
+    """The names a template of this kernel may use besides its own parameters."""
+    variant_names = {name for defines in spec.variants.values() for name in defines}
+    return set(spec.symbols) | {"ELEM_BYTES", "SMS"} | variant_names
+
+
+@functools.cache
+def load(name: str) -> KernelFolder:
+    if name not in names():
+        raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}")
+    path = SUITE_DIR / name
+    spec = importlib.import_module(f"{__package__}.{name}.spec").SPEC
+    reference = importlib.import_module(f"{__package__}.{name}.reference")
+    symbols = template_symbols(spec)
+    baseline = parse_template((path / "baseline.cu").read_text(), f"{name}/baseline.cu", symbols)
+    template = parse_template((path / "template.cu").read_text(), f"{name}/template.cu", symbols)
+    if baseline.parameters:
+        raise AstraError(f"{name}/baseline.cu declares parameters; a baseline has one fixed configuration")
+    return KernelFolder(name, path, spec, reference, baseline, template)
+
+
+def environment(spec: KernelSpec, shape: dict[str, int], dtype: str, variant: str,
+                sms: int = DEFAULT_SMS) -> dict[str, int]:
+    if dtype not in spec.dtypes:
+        raise AstraError(f"{spec.name} does not run in {dtype}; it runs in {', '.join(spec.dtypes)}")
+    if variant not in spec.variants:
+        raise AstraError(f"{spec.name} has no variant {variant!r}; it has {', '.join(spec.variants)}")
+    return {**shape, "ELEM_BYTES": numpy_dtype(dtype).itemsize, "SMS": sms, **spec.variants[variant]}
+
+
+def make_case(kernel: str, shape_items: tuple, dtype: str, variant: str, seed: int) -> Case:
+    """Draw inputs and compute the reference; runs inside the evaluation worker."""
+    folder = load(kernel)
+    shape = dict(shape_items)
+    rng = np.random.default_rng(seed)
+    inputs = folder.reference.make_inputs(rng, shape, dtype, variant)
+    expected = folder.reference.reference(inputs, shape, dtype, variant)
+    return Case(inputs=inputs, expected=expected)
+
+
+def problem(folder: KernelFolder, shape: dict[str, int], dtype: str, variant: str = "default") -> Problem:
+    spec = folder.spec
+    env = environment(spec, shape, dtype, variant)
+    params = []
+    for arg in spec.args:
+        arg_dtype = dtype if arg.dtype == KERNEL_DTYPE else arg.dtype
+        if arg.role == "scalar":
+            value = Expression(arg.value)(env)
+            params.append(Param(arg.name, "scalar", arg_dtype, value=value))
+        else:
+            dims = tuple(int(Expression(d)(env)) for d in arg.shape)
+            params.append(Param(arg.name, arg.role, arg_dtype, dims))
+    return Problem(
+        params=params,
+        make_case=functools.partial(make_case, spec.name, tuple(shape.items()), dtype, variant),
+        bytes_moved=int(Expression(spec.bytes_moved)(env)),
+        tolerances=spec.tolerances,
+        label=f"{spec.name} {spec.label(shape)} {dtype}" + ("" if variant == "default" else f" {variant}"),
+    )
+
+
+def compile_options(instance: Instance, dtype: str, variant_defines: dict[str, int],
+                    arch: str | None = None) -> CompileOptions:
+    defines = {"DTYPE": C_TYPES.get(dtype, "float"), "ELEM_BYTES": numpy_dtype(dtype).itemsize,
+               **variant_defines, **instance.defines}
+    return CompileOptions(arch=arch, fast_math=instance.fast_math, headers=headers(),
+                          max_registers=instance.max_registers, defines=defines)
+
+
+def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
+            variant: str = "default", config: dict[str, int] | None = None, *,
+            sms: int = DEFAULT_SMS, arch: str | None = None) -> EvaluationRequest | Exclusion:
+    """The evaluation request for one configuration at one shape, or why it cannot run there."""
+    template = folder.source_of(which)
+    env = environment(folder.spec, shape, dtype, variant, sms)
+    instance = template.instantiate(template.default if config is None else config, env)
+    if isinstance(instance, Exclusion):
+        return instance
+    prob = problem(folder, shape, dtype, variant)
+    name = "baseline" if which == "baseline" else "template " + ",".join(f"{k}={v}" for k, v in instance.config.items())
+    return EvaluationRequest(
+        source=template.source, kernel=template.kernel, problem=prob,
+        options=compile_options(instance, dtype, folder.spec.variants[variant], arch),
+        launch=LaunchShape(instance.grid, instance.block, instance.shared_bytes),
+        label=f"{prob.label} {name}",
+    )
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """One distinct binary of a kernel: what CI compiles, and what the tuner prunes on."""
+
+    which: str
+    dtype: str
+    variant: str
+    config: tuple
+    options: CompileOptions
+
+
+def compile_targets(folder: KernelFolder, which: str, arch: str, *, sample: int = 200,
+                    seed: int = 0) -> tuple[list[CompileTarget], list[Exclusion]]:
+    """Every distinct binary of the baseline, or of a seeded sample of `sample` template
+    configurations that run at some shape of the spec (the whole space when it is smaller).
+
+    A binary depends on the parameters, the dtype, the variant and any value a `derive` line
+    computes from the shape, so each configuration is instantiated at every shape and each
+    distinct set of defines compiles once. Configurations take the (dtype, variant) pairs in
+    turn, so a sample covers all of them. Configurations excluded at every shape are returned as
+    exclusions with their reasons and do not count toward the sample.
+    """
+    template = folder.source_of(which)
+    spec = folder.spec
+    combos = [(d, v) for d in spec.dtypes for v in spec.variants]
+    if template.parameters:
+        order = template.sample_configs(template.size(), seed)
+        random.Random(seed).shuffle(order)
+        jobs = ((c, *combos[i % len(combos)]) for i, c in enumerate(order))
+        wanted = sample
+    else:
+        jobs = (({}, d, v) for d, v in combos)
+        wanted = len(combos)
+    targets: dict[tuple, CompileTarget] = {}
+    exclusions: list[Exclusion] = []
+    accepted = 0
+    for config, dtype, variant in jobs:
+        if accepted >= wanted:
+            break
+        first_exclusion, runs = None, False
+        for shape in spec.all_shapes():
+            instance = template.instantiate(config, environment(spec, shape, dtype, variant))
+            if isinstance(instance, Exclusion):
+                first_exclusion = first_exclusion or instance
+                continue
+            runs = True
+            options = compile_options(instance, dtype, spec.variants[variant], arch)
+            key = (dtype, variant, tuple(sorted(options.defines.items())), options.fast_math, options.max_registers)
+            targets.setdefault(key, CompileTarget(which, dtype, variant, tuple(sorted(config.items())), options))
+        if runs:
+            accepted += 1
+        else:
+            exclusions.append(first_exclusion)
+    return list(targets.values()), exclusions
+
+
+def bytes_floor_us(folder: KernelFolder, shape: dict[str, int], dtype: str, bandwidth_gbs: float) -> float:
+    env = environment(folder.spec, shape, dtype, "default")
+    return Expression(folder.spec.bytes_moved)(env) / (bandwidth_gbs * 1e3)
