@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -92,6 +93,89 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_kernels(args) -> int:
+    """List the suite: what each kernel computes, its dtypes, variants, shape sets and template space."""
+    from astra_kernels.kernels_sglang import suite
+
+    folders = [suite.load(name) for name in suite.names()]
+    if args.json:
+        print(json.dumps([{
+            "name": f.name, "summary": f.spec.summary, "dtypes": f.spec.dtypes,
+            "variants": list(f.spec.variants), "template_space": f.template.size(),
+            "shapes": {k: [f.spec.label(s) for s in v] for k, v in f.spec.shapes.items()},
+        } for f in folders], indent=2))
+        return 0
+    table = Table(title=f"The SGLang kernel suite ({len(folders)} kernels)", show_lines=True)
+    for column in ("kernel", "computes", "dtypes / variants", "shapes", "template space"):
+        table.add_column(column)
+    for f in folders:
+        shapes = "\n".join(
+            f"{k} ({len(v)}): {', '.join(f.spec.label(s) for s in v[:3])}{', ...' if len(v) > 3 else ''}"
+            for k, v in f.spec.shapes.items()
+        )
+        table.add_row(f.name, escape(f.spec.summary), f"{', '.join(f.spec.dtypes)}\n{', '.join(f.spec.variants)}",
+                      shapes, f"{f.template.size()} configs, {len(f.template.parameters)} params")
+    console.print(table)
+    return 0
+
+
+def _shapes(folder, args) -> list[dict] | None:
+    if args.shapes:
+        return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
+    if args.set:
+        if args.set not in folder.spec.shapes:
+            raise SystemExit(f"{folder.name} has no shape set {args.set!r}; it has {', '.join(folder.spec.shapes)}")
+        return folder.spec.shapes[args.set]
+    return None
+
+
+def cmd_check(args) -> int:
+    """Compile and test the baseline and a sample of template configurations on the local GPU."""
+    from rich.progress import Progress
+
+    from astra_kernels.kernels_sglang import checking, suite
+    from astra_kernels.tools import EvaluationWorker, compile_many
+    from astra_kernels.tools.device import gpu_available
+
+    folder = suite.load(args.kernel)
+    shapes = _shapes(folder, args)
+    dtypes = args.dtype.split(",") if args.dtype else None
+    variants = args.variant.split(",") if args.variant else None
+    if not gpu_available():
+        rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants,
+                             samples=args.samples, arch=args.arch or "sm_90")
+        unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
+        outcomes = compile_many(unique.values())
+        failed = [o for o in outcomes if o.module is None]
+        console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
+                      f"({len(failed)} failed) for {args.arch or 'sm_90'}; testing them needs an NVIDIA GPU.")
+        for o in failed[:3]:
+            console.print(o.error, highlight=False)
+        return 1 if failed else 0
+    with EvaluationWorker(device_index=args.gpu) as worker:
+        rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples)
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"checking {folder.name} on {worker.device['name']}", total=len(rows))
+            results = checking.run(rows, worker, time=args.time, progress=lambda _: bar.advance(task))
+    failed = [r for r in results if r.status not in ("ok", "excluded")]
+    if args.json:
+        print(json.dumps([r.model_dump() for r in results], indent=2))
+    else:
+        table = Table(title=f"{folder.name} on {worker.device['name']}: {len(results) - len(failed)} of "
+                            f"{len(results)} rows ok or excluded")
+        for column in ("shape", "dtype", "variant", "which", "status", "us", "of copy bw", "note"):
+            table.add_column(column)
+        for r in results:
+            which = "baseline" if r.which == "baseline" else "template " + " ".join(f"{k}={v}" for k, v in r.config.items())
+            colour = "green" if r.status == "ok" else ("dim" if r.status == "excluded" else "red")
+            table.add_row(r.shape, r.dtype, r.variant, which, f"[{colour}]{r.status}",
+                          f"{r.median_us:.2f}" if r.median_us else "",
+                          f"{r.fraction_of_copy_bandwidth:.0%}" if r.fraction_of_copy_bandwidth else "",
+                          escape(r.message[:80]))
+        console.print(table)
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="astra",
@@ -115,6 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-cache", action="store_true", help="compile even if cached")
     comp.add_argument("--json", action="store_true")
     comp.set_defaults(func=cmd_compile)
+
+    kernels = sub.add_parser("kernels", help="list the SGLang kernel suite with its shapes")
+    kernels.add_argument("--json", action="store_true")
+    kernels.set_defaults(func=cmd_kernels)
+
+    check = sub.add_parser("check", help="compile and test a kernel's baseline and template sample on the GPU")
+    check.add_argument("kernel", help="a kernel of the suite (see `astra kernels`)")
+    check.add_argument("--shapes", help="comma-separated shapes, e.g. 16x4096,64x8192 (default: every set)")
+    check.add_argument("--set", help="one shape set: astra, serving or odd")
+    check.add_argument("--dtype", help="comma-separated dtypes (default: all of the kernel's)")
+    check.add_argument("--variant", help="comma-separated variants (default: all)")
+    check.add_argument("--samples", type=int, default=4, help="template configurations per shape (default 4)")
+    check.add_argument("--time", action="store_true", help="also time each correct configuration")
+    check.add_argument("--arch", help="compile target when there is no GPU (default sm_90)")
+    check.add_argument("--gpu", type=int, default=0)
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=cmd_check)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""fused_add_rmsnorm (being written)."""

@@ -1,0 +1,1 @@
+"""merge_attn_states: merge two partial attention states (values and log-sum-exp) into one."""

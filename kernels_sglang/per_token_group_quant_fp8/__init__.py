@@ -1,0 +1,1 @@
+"""per_token_group_quant_fp8 (being written)."""

@@ -1,0 +1,1 @@
+"""rmsnorm (being written)."""

@@ -1,0 +1,1 @@
+"""rotary_embedding (being written)."""

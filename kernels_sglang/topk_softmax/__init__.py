@@ -1,0 +1,1 @@
+"""topk_softmax (being written)."""
