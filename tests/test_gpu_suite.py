@@ -16,6 +16,8 @@ pytestmark = pytest.mark.gpu
 LARGE = 1 << 26
 HUGE = 1 << 30
 
+CASES = [(name, shape) for name in suite.names() for shape in suite.load(name).spec.all_shapes()]
+
 
 @pytest.fixture(scope="module")
 def worker():
@@ -28,24 +30,23 @@ def _size(folder, shape) -> int:
     return sum(p.nbytes for p in req.problem.buffers)
 
 
-@pytest.mark.parametrize("name", suite.names())
-def test_baseline_and_template_sample_are_correct_everywhere(worker, name):
+@pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{suite.load(n).spec.label(s)}" for n, s in CASES])
+def test_baseline_and_template_sample_are_correct(worker, name, shape):
     folder = suite.load(name)
     spec = folder.spec
     main_dtype = "bf16" if "bf16" in spec.dtypes else spec.dtypes[0]
-    rows = []
-    for shape in spec.all_shapes():
-        size = _size(folder, shape)
-        large = size > LARGE
-        rows += checking.plan(folder, shapes=[shape], dtypes=[main_dtype], variants=["default"],
-                              samples=1 if size > HUGE else 4)
-        if not large:
-            others = [(d, v) for d in spec.dtypes for v in spec.variants if (d, v) != (main_dtype, "default")]
-            for dtype, variant in others:
-                rows += checking.plan(folder, shapes=[shape], dtypes=[dtype], variants=[variant], samples=1)
+    size = _size(folder, shape)
+    rows = checking.plan(folder, shapes=[shape], dtypes=[main_dtype], variants=["default"],
+                         samples=1 if size > HUGE else 4)
+    if size <= LARGE:
+        for dtype in spec.dtypes:
+            for variant in spec.variants:
+                if (dtype, variant) != (main_dtype, "default"):
+                    rows += checking.plan(folder, shapes=[shape], dtypes=[dtype], variants=[variant], samples=1)
     results = checking.run(rows, worker)
     failed = [r for r in results if r.status not in ("ok", "excluded")]
-    summary = "\n".join(f"{r.shape} {r.dtype} {r.variant} {r.which} {r.config}: {r.status}: {r.message[:300]}"
-                        for r in failed[:10])
+    summary = "\n".join(f"{r.dtype} {r.variant} {r.which} {r.config}: {r.status}: {r.message[:400]}"
+                        for r in failed[:8])
     assert not failed, f"{len(failed)} of {len(results)} rows failed:\n{summary}"
-    assert sum(r.status == "ok" and r.which == "baseline" for r in results) >= len(spec.all_shapes())
+    assert any(r.which == "baseline" and r.status == "ok" for r in results)
+    assert any(r.which == "template" and r.status == "ok" for r in results)

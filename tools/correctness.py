@@ -89,9 +89,14 @@ def _compare_exact(name: str, out: np.ndarray, expected: np.ndarray) -> Check:
     return Check(name=name, passed=True, max_abs_error=0.0, norm_error=0.0, detail="exact")
 
 
+def _raw(array: np.ndarray) -> np.ndarray:
+    """The bytes of an array as a flat uint8 view (no copy for contiguous arrays)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
 def unchanged(name: str, before: np.ndarray, after: np.ndarray) -> Check:
     """A read-only input must come back bit for bit."""
-    same = before.tobytes() == after.tobytes()
+    same = before.shape == after.shape and np.array_equal(_raw(before), _raw(after))
     return Check(name=f"{name} unchanged", passed=same,
                  detail="" if same else f"the kernel modified its input {name!r}")
 
@@ -100,8 +105,8 @@ def outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray],
                    expected_first: dict[str, np.ndarray], expected_second: dict[str, np.ndarray]) -> Check:
     """Two different inputs must give different outputs wherever the reference says they do."""
     for name in first:
-        if expected_first[name].tobytes() != expected_second[name].tobytes() and (
-            first[name].tobytes() == second[name].tobytes()
+        if not np.array_equal(_raw(expected_first[name]), _raw(expected_second[name])) and (
+            np.array_equal(_raw(first[name]), _raw(second[name]))
         ):
             return Check(name="fresh outputs", passed=False,
                          detail=f"output {name!r} is identical for two different inputs (cached result?)")

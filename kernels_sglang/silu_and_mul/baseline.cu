@@ -1,7 +1,8 @@
 // silu_and_mul as SGLang runs it (kernels.md section 1): one CTA per token, blockDim =
 // min(d / vec, 256), vec the widest power of two dividing d within 16 bytes, a block-stride loop
-// over the row, no shared memory; built with fast math and a 128-register cap like sgl-kernel's
-// SM90 build. PDL is left off, as on the tuned side (compare with it off on both).
+// over the row that the compiler must not unroll (one vector of each half in flight per thread,
+// as in the production loop), no shared memory; built with fast math and a 128-register cap like
+// sgl-kernel's SM90 build. PDL is left off, as on the tuned side (compare with it off on both).
 #include "common.cuh"
 
 //@ kernel: act_and_mul
@@ -29,6 +30,7 @@ act_and_mul(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int toke
     const V* a = reinterpret_cast<const V*>(x + token * 2 * d);
     const V* b = reinterpret_cast<const V*>(x + token * 2 * d + d);
     V* o = reinterpret_cast<V*>(out + token * d);
+#pragma unroll 1
     for (int i = threadIdx.x; i < d / VEC; i += blockDim.x) {
         const V av = a[i], bv = b[i];
         V ov;
