@@ -6,6 +6,7 @@ cache), so the evaluation worker, which runs one request at a time, finds every 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
@@ -40,8 +41,11 @@ def plan(folder: suite.KernelFolder, *, shapes: Iterable[dict] | None = None,
     up to `samples` - 1 other sampled configurations that the constraints allow at that shape."""
     spec = folder.spec
     template = folder.template
-    candidates = [template.default] + [c for c in template.sample_configs(max(64, samples * 16), seed)
-                                       if c != template.default]
+    # The whole space in a seeded order, default first: each shape takes the first `samples`
+    # configurations its constraints allow, so a shape that admits few still gets some.
+    order = [c for c in template.sample_configs(template.size(), seed) if c != template.default]
+    random.Random(seed).shuffle(order)
+    candidates = [template.default] + order
     rows = []
     for shape in shapes or spec.all_shapes():
         for dtype in dtypes or spec.dtypes:
@@ -66,19 +70,24 @@ def plan(folder: suite.KernelFolder, *, shapes: Iterable[dict] | None = None,
     return rows
 
 
+def precompile(rows: list[tuple[CheckRow, EvaluationRequest | None]], arch: str) -> None:
+    """Compile every distinct binary the rows need, in parallel; the worker then reads the cache."""
+    unique = {}
+    for _, req in rows:
+        if req is not None:
+            req.options = req.options.model_copy(update={"arch": req.options.arch or arch})
+            unique.setdefault((req.source, req.options.model_dump_json()), (req.source, req.options))
+    compile_many(unique.values())
+
+
 def run(rows: list[tuple[CheckRow, EvaluationRequest | None]], worker: EvaluationWorker, *,
         time: bool = False, progress: Callable[[CheckRow], None] | None = None) -> list[CheckRow]:
     """Precompile every distinct binary in parallel, then evaluate row by row in the worker."""
-    arch = worker.device["arch"]
-    requests = [req for _, req in rows if req is not None]
-    for req in requests:
-        req.options = req.options.model_copy(update={"arch": req.options.arch or arch})
-        req.time = time
-        req.stream_timing = False
-    unique = {}
-    for req in requests:
-        unique.setdefault((req.source, req.options.model_dump_json()), (req.source, req.options))
-    compile_many(unique.values())
+    precompile(rows, worker.device["arch"])
+    for _, req in rows:
+        if req is not None:
+            req.time = time
+            req.stream_timing = False
     done = []
     for row, req in rows:
         if req is not None:

@@ -187,6 +187,20 @@ def _nvrtc_compile(source: str, name: str, flags: list[str],
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def _key_and_flags(source: str, options: CompileOptions, name: str) -> tuple[str, list[str], str]:
+    arch = resolve_arch(options.arch)
+    flags = options.nvrtc_flags(arch) + [f"-I{cuda_include_dir()}"]
+    key = cache_key(source, name, nvrtc_version(), *flags,
+                    *(f"{n}\0{text}" for n, text in sorted(options.headers.items())))
+    return key, flags, arch
+
+
+def is_cached(source: str, options: CompileOptions, store: CompileCache, name: str = "kernel.cu") -> bool:
+    """Whether compiling would be a cache read (so no worker process is worth starting for it)."""
+    key, _, _ = _key_and_flags(source, options, name)
+    return store.get(key) is not None
+
+
 def compile_source(
     source: str,
     options: CompileOptions | None = None,
@@ -200,12 +214,9 @@ def compile_source(
     Compile errors are cached too: the same source and options fail the same way.
     """
     options = options or CompileOptions()
-    arch = resolve_arch(options.arch)
-    flags = options.nvrtc_flags(arch) + [f"-I{cuda_include_dir()}"]
+    key, flags, arch = _key_and_flags(source, options, name)
     version = nvrtc_version()
     store = CompileCache() if cache is True else (cache or None)
-    key = cache_key(source, name, version, *flags,
-                    *(f"{n}\0{text}" for n, text in sorted(options.headers.items())))
 
     if store is not None and (hit := store.get(key)) is not None:
         meta, cubin = hit
@@ -289,11 +300,17 @@ def compile_many(
     cuda_include_dir()  # fail once, here, rather than in every worker
     store = CompileCache() if cache is True else (cache or None)
     cache_dir = str(store.directory) if store is not None else None
-    workers = max(1, min(workers or os.cpu_count() or 1, len(resolved)))
-    if workers == 1:
-        return [_compile_one(i, s, o, cache_dir) for i, (s, o) in enumerate(resolved)]
-    # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
-    context = multiprocessing.get_context("spawn")
-    with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        jobs = [pool.submit(_compile_one, i, s, o, cache_dir) for i, (s, o) in enumerate(resolved)]
-        return [job.result() for job in jobs]
+    # Cache hits are file reads: answer them here, and start processes only for real compiles.
+    misses = [i for i, (s, o) in enumerate(resolved) if store is None or not is_cached(s, o, store)]
+    missing = set(misses)
+    outcomes = {i: _compile_one(i, s, o, cache_dir) for i, (s, o) in enumerate(resolved) if i not in missing}
+    workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
+    if workers == 1 or len(misses) <= 2:
+        outcomes.update({i: _compile_one(i, *resolved[i], cache_dir) for i in misses})
+    else:
+        # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
+        context = multiprocessing.get_context("spawn")
+        with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir) for i in misses}
+            outcomes.update({i: job.result() for i, job in jobs.items()})
+    return [outcomes[i] for i in range(len(resolved))]

@@ -14,7 +14,7 @@
 //@ require VEC * ELEM_BYTES <= 16              -- a load is at most 16 bytes
 //@ require D % VEC == 0                        -- the row splits into whole vectors (and stays aligned)
 //@ require CHUNKS == 1 or ROWS == 1            -- split rows or group them, not both
-//@ require ceil_div(D // VEC, CHUNKS) >= 32    -- every CTA of a split row gets at least a warp's work
+//@ require CHUNKS == 1 or ceil_div(D // VEC, CHUNKS) >= 32   -- every CTA of a split row gets at least a warp's work
 //@ require THREADS <= max(32, ceil_div(D // VEC, CHUNKS)) * 2   -- no more than twice the threads a chunk can use
 //@ grid: ceil_div(T, ROWS), CHUNKS
 //@ block: THREADS

@@ -1,0 +1,61 @@
+"""fused_add_rmsnorm: the residual add and RMS norm between transformer layers (kernels.md section 3)."""
+
+from ..schema import Anchor, ArgSpec, KernelSpec
+
+_ASTRA = [{"T": t, "H": h} for t, h in (
+    (128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336), (1024, 8192),
+)]
+# kernels.md lists serving shapes for rmsnorm only (section 2); the norm runs on the same token
+# counts and widths in serving, and the 16384x8192 anchor below is one of them, so the same set.
+_SERVING = [{"T": t, "H": h} for t in (1, 16, 128, 256, 1024, 2048, 16384) for h in (4096, 8192)]
+# Edge cases: H not a multiple of 8 (vec = gcd(8, H) is 4, 2 or 1), more vectors than 1024 threads
+# (several rounds, a ragged last one), a row narrower than a warp, odd row counts (tails of ROWS),
+# and a row of 20000 (80 KB of fp32 in shared memory for the baseline).
+_ODD = [{"T": t, "H": h} for t, h in (
+    (1, 4100),   # vec 4, 1025 vectors: 1024 threads, a second round with one vector
+    (3, 1000),   # vec 8, 125 vectors: fewer than 4 warps
+    (5, 5144),   # vec 8, 643 vectors
+    (2, 4097),   # vec 1, 4097 vectors: five rounds of 1024
+    (7, 12),     # vec 4, 3 vectors: most of the warp idle
+    (3, 20000),  # vec 8, 2500 vectors: three rounds, a wide row
+    (9, 2050),   # vec 2
+)]
+_ANCHORS = [
+    # (shape, H200 SGLang us, H200 torch.compile us, H100 SGLang us, H100 torch.compile us)
+    ((128, 4096), 3.82, 3.36, 4.23, 3.60),
+    ((256, 4096), 4.88, 3.79, 5.52, 4.29),
+    ((1024, 4096), 11.20, 9.27, 14.32, 11.53),
+    ((2048, 8192), 36.91, 34.54, 48.51, 47.15),
+    ((128, 11008), 6.38, 8.24, 7.32, 8.96),
+    ((256, 13824), 9.94, 14.01, 12.25, 16.98),
+    ((512, 14336), 18.42, 18.54, 23.39, 23.04),
+    ((1024, 8192), 20.25, 18.69, 26.06, 23.93),
+    ((16384, 8192), 265.42, 253.71, 364.17, 358.52),
+]
+
+SPEC = KernelSpec(
+    name="fused_add_rmsnorm",
+    summary=("s = fp32(x) + fp32(residual); residual <- s rounded to T; "
+             "x <- s / sqrt(mean(s^2) + eps) * w from the unrounded fp32 s; in place, contiguous rows"),
+    symbols=["T", "H"],
+    args=[
+        ArgSpec(name="x", role="inout", dtype="T", shape=["T", "H"],
+                doc="in: the layer's output; out: the normalised sum"),
+        ArgSpec(name="residual", role="inout", dtype="T", shape=["T", "H"],
+                doc="in: the residual stream; out: x + residual"),
+        ArgSpec(name="w", role="in", dtype="T", shape=["H"], doc="the norm's weight"),
+        ArgSpec(name="eps", role="scalar", dtype="fp32", value="1e-6"),
+        ArgSpec(name="tokens", role="scalar", dtype="int32", value="T"),
+        ArgSpec(name="hidden", role="scalar", dtype="int32", value="H"),
+    ],
+    dtypes=["bf16", "fp16"],
+    variants={"default": {}},
+    shapes={"astra": _ASTRA, "serving": _SERVING, "odd": _ODD},
+    bytes_moved="(4 * T * H + H) * ELEM_BYTES",
+    flops="5 * T * H",
+    anchors=[
+        a for (t, h), hs, hc, ns, nc in _ANCHORS
+        for a in (Anchor(device="H200", shape={"T": t, "H": h}, sglang_us=hs, torch_compile_us=hc),
+                  Anchor(device="H100", shape={"T": t, "H": h}, sglang_us=ns, torch_compile_us=nc))
+    ],
+)

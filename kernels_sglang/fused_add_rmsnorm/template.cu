@@ -1,0 +1,184 @@
+// fused_add_rmsnorm with its degrees of freedom explicit (kernels.md section 3). A row of H
+// elements is H / VEC vectors handled by ROW_THREADS threads (a whole number of warps); ROWS rows
+// share a CTA (a warp or a few per row when rows are short and many). Pass 1 forms the fp32 sum
+// s = x + residual, writes s rounded to T to residual and sums s^2; pass 2 writes
+// s * rsqrt(mean + eps) * w to x from the unrounded fp32 s. Between the passes s lives in
+// registers when ITEMS > 0 (ITEMS vectors of VEC floats per thread: no shared-memory round trip),
+// or, ITEMS = 0, in dynamic shared memory like SGLang (H floats per row). PRELOAD_W loads w
+// alongside x and residual, so its latency hides behind the reduction. The row's reduction is a
+// warp butterfly, then (more than one warp per row) one shared-memory exchange after which every
+// warp of the row sums the per-warp partials itself: one __syncthreads, no second broadcast.
+#include "common.cuh"
+
+//@ kernel: fused_add_rmsnorm
+//@ param ROW_THREADS: 32, 64, 128, 256, 512, 1024  -- threads per row (whole warps)
+//@ param ROWS: 1, 2, 4, 8                          -- rows per CTA
+//@ param VEC: 8, 4, 2, 1                           -- elements per load
+//@ param ITEMS: 0, 1, 2, 4, 8, 16                  -- vectors of fp32 s per thread held in registers; 0: s in shared memory like SGLang
+//@ param PRELOAD_W: 0, 1                           -- load w into registers with x and residual, before the reduction
+//@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
+//@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
+//@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
+//@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
+//@ require ROW_THREADS <= max(32, next_pow2(H // VEC))   -- no more threads per row than its vectors (rounded up to a power of two)
+//@ require ITEMS == 0 or ceil_div(H // VEC, ROW_THREADS) <= ITEMS   -- the row fits in the register slots of its threads
+//@ require ITEMS <= 4 * ceil_div(H // VEC, ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
+//@ require PRELOAD_W == 0 or ITEMS > 0             -- preloading w is part of the registers mode
+//@ require REG_CAP == 128 or ROW_THREADS * ROWS <= 512   -- 1024 threads already cap a thread at 64 registers
+//@ require ITEMS * VEC * (max(4, 2 * max(ELEM_BYTES, 4 // VEC)) + PRELOAD_W * max(ELEM_BYTES, 4 // VEC)) <= 4 * (min(REG_CAP, 65536 // (ROW_THREADS * ROWS)) - 32)   -- held data (x and residual as loaded, then s; w; an element takes a whole register when VEC = 1) leaves at least 32 of the registers a thread may have (else spills)
+//@ require ITEMS > 0 or ROWS * H * 4 <= 226 * 1024   -- the fp32 rows fit in a CTA's shared memory (227 KB on sm_90, less the static partials)
+//@ grid: ceil_div(T, ROWS)
+//@ block: ROW_THREADS * ROWS
+//@ shared: 0 if ITEMS > 0 else ROWS * H * 4
+//@ fast_math: 1
+//@ max_registers: 128
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128
+
+#define THREADS (ROW_THREADS * ROWS)
+#define WARPS_PER_ROW (ROW_THREADS / 32)
+// __launch_bounds__' second argument: enough resident CTAs that the compiler keeps a thread
+// within REG_CAP registers (-maxrregcount does not apply to a kernel with launch bounds).
+#define MIN_CTAS ((65536 / (THREADS * REG_CAP)) > 0 ? (65536 / (THREADS * REG_CAP)) : 1)
+
+#if ITEMS == 0
+// VEC floats to or from shared memory in 16-byte (or narrower) pieces: a row's vectors start at
+// multiples of 4 * VEC bytes from a 16-byte aligned base (H * 4 bytes a row, H a multiple of VEC).
+__device__ __forceinline__ void store_floats(float* p, const float (&v)[VEC]) {
+#if VEC % 4 == 0
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q)
+        reinterpret_cast<float4*>(p)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+#elif VEC == 2
+    *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+#else
+    p[0] = v[0];
+#endif
+}
+
+__device__ __forceinline__ void load_floats(const float* p, float (&v)[VEC]) {
+#if VEC % 4 == 0
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q) {
+        const float4 f = reinterpret_cast<const float4*>(p)[q];
+        v[4 * q] = f.x; v[4 * q + 1] = f.y; v[4 * q + 2] = f.z; v[4 * q + 3] = f.w;
+    }
+#elif VEC == 2
+    const float2 f = *reinterpret_cast<const float2*>(p);
+    v[0] = f.x; v[1] = f.y;
+#else
+    v[0] = p[0];
+#endif
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
+fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, const scalar_t* __restrict__ w,
+                  float eps, int tokens, int hidden) {
+    typedef Vec<scalar_t, VEC> V;
+    const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
+    const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
+    const int lane = threadIdx.x & 31;
+    const long long row = (long long)blockIdx.x * ROWS + group;
+    const bool valid = row < tokens;
+#if WARPS_PER_ROW == 1
+    if (!valid) return;  // a warp per row: no CTA-wide barrier below
+#endif
+    const int nvec = hidden / VEC;
+    const long long base = (valid ? row : 0) * (long long)hidden;
+    V* xr = reinterpret_cast<V*>(x + base);
+    V* rr = reinterpret_cast<V*>(residual + base);
+    const V* wr = reinterpret_cast<const V*>(w);
+
+    float sum_sq = 0.f;
+#if ITEMS > 0
+    // Vector k of this thread is t + k * ROW_THREADS: constant offsets from one pointer each.
+    const int rem = valid ? nvec - t : 0;  // vector k exists when k * ROW_THREADS < rem
+    V* xt = xr + t;
+    V* rt = rr + t;
+    const V* wt = wr + t;
+    V xv[ITEMS], rv[ITEMS];
+#if PRELOAD_W
+    V wv[ITEMS];
+#endif
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        if (k * ROW_THREADS < rem) {
+            xv[k] = xt[k * ROW_THREADS];
+            rv[k] = rt[k * ROW_THREADS];
+#if PRELOAD_W
+            wv[k] = wt[k * ROW_THREADS];
+#endif
+        }
+    }
+    float s[ITEMS][VEC];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        if (k * ROW_THREADS < rem) {
+            V ro;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                s[k][j] = to_float(xv[k].v[j]) + to_float(rv[k].v[j]);
+                sum_sq += s[k][j] * s[k][j];
+                ro.v[j] = from_float<scalar_t>(s[k][j]);
+            }
+            rt[k * ROW_THREADS] = ro;
+        }
+    }
+#else
+    extern __shared__ __align__(16) float smem[];
+    float* row_f = smem + group * hidden;  // this row's fp32 s
+    if (valid) {
+        for (int i = t; i < nvec; i += ROW_THREADS) {
+            const V xv = xr[i];
+            V rv = rr[i];
+            float s[VEC];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                s[j] = to_float(xv.v[j]) + to_float(rv.v[j]);
+                sum_sq += s[j] * s[j];
+                rv.v[j] = from_float<scalar_t>(s[j]);
+            }
+            rr[i] = rv;
+            store_floats(row_f + i * VEC, s);
+        }
+    }
+#endif
+
+    float total = warp_sum(sum_sq);
+#if WARPS_PER_ROW > 1
+    __shared__ float partial[ROWS][WARPS_PER_ROW];
+    if (lane == 0) partial[group][t >> 5] = total;
+    __syncthreads();
+    total = warp_sum(lane < WARPS_PER_ROW ? partial[group][lane] : 0.f);
+    if (!valid) return;
+#endif
+    const float rms_rcp = rsqrtf(total / (float)hidden + eps);
+
+#if ITEMS > 0
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        if (k * ROW_THREADS < rem) {
+#if PRELOAD_W
+            const V wk = wv[k];
+#else
+            const V wk = wt[k * ROW_THREADS];
+#endif
+            V ov;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) ov.v[j] = from_float<scalar_t>(s[k][j] * rms_rcp * to_float(wk.v[j]));
+            xt[k * ROW_THREADS] = ov;
+        }
+    }
+#else
+    // Each thread reads back only the floats it wrote itself: no barrier needed for row_f.
+    for (int i = t; i < nvec; i += ROW_THREADS) {
+        const V wv = wr[i];
+        float s[VEC];
+        load_floats(row_f + i * VEC, s);
+        V ov;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) ov.v[j] = from_float<scalar_t>(s[j] * rms_rcp * to_float(wv.v[j]));
+        xr[i] = ov;
+    }
+#endif
+}

@@ -1,0 +1,49 @@
+"""rmsnorm: the RMS normalisation before attention and the MLP (kernels.md section 2)."""
+
+from ..schema import Anchor, ArgSpec, KernelSpec
+
+# kernels.md section 2: serving T x H, plus Astra's norm shapes (the fused_add_rmsnorm list of section 3).
+_SERVING = [{"T": t, "H": h} for t in (1, 16, 128, 256, 1024, 2048, 16384) for h in (4096, 8192)]
+_ASTRA = [{"T": t, "H": h} for t, h in (
+    (128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336), (1024, 8192),
+)]
+# Edge cases: H not a multiple of 8 (vec = gcd(8, H) is 4, 2 or 1), more vectors than 1024 threads
+# (several rounds, a ragged last one), a row narrower than a warp, odd row counts (tails of ROWS).
+_ODD = [{"T": t, "H": h} for t, h in (
+    (1, 4100),   # vec 4, 1025 vectors: 1024 threads, a second round with one vector
+    (3, 1000),   # vec 8, 125 vectors: fewer than 4 warps
+    (5, 5144),   # vec 8, 643 vectors
+    (2, 4097),   # vec 1, 4097 vectors: five rounds of 1024
+    (7, 12),     # vec 4, 3 vectors: most of the warp idle
+    (3, 20000),  # vec 8, 2500 vectors: three rounds, a wide row
+    (9, 2050),   # vec 2
+)]
+_ANCHORS = [
+    # (shape, H200 SGLang us, H200 torch.compile us, H100 SGLang us, H100 torch.compile us)
+    ((1024, 4096), 7.73, 5.97, 8.67, 6.92),
+    ((16384, 8192), 191.88, 126.74, 209.59, 180.19),
+]
+
+SPEC = KernelSpec(
+    name="rmsnorm",
+    summary="out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w, accumulated in fp32; contiguous rows",
+    symbols=["T", "H"],
+    args=[
+        ArgSpec(name="x", role="in", dtype="T", shape=["T", "H"], doc="activations, contiguous rows"),
+        ArgSpec(name="w", role="in", dtype="T", shape=["H"], doc="the norm's weight"),
+        ArgSpec(name="out", role="out", dtype="T", shape=["T", "H"]),
+        ArgSpec(name="eps", role="scalar", dtype="fp32", value="1e-6"),
+        ArgSpec(name="tokens", role="scalar", dtype="int32", value="T"),
+        ArgSpec(name="hidden", role="scalar", dtype="int32", value="H"),
+    ],
+    dtypes=["bf16", "fp16"],
+    variants={"default": {}},
+    shapes={"astra": _ASTRA, "serving": _SERVING, "odd": _ODD},
+    bytes_moved="(2 * T * H + H) * ELEM_BYTES",
+    flops="4 * T * H",
+    anchors=[
+        a for (t, h), hs, hc, ns, nc in _ANCHORS
+        for a in (Anchor(device="H200", shape={"T": t, "H": h}, sglang_us=hs, torch_compile_us=hc),
+                  Anchor(device="H100", shape={"T": t, "H": h}, sglang_us=ns, torch_compile_us=nc))
+    ],
+)

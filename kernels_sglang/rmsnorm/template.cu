@@ -1,0 +1,148 @@
+// rmsnorm with its degrees of freedom explicit (kernels.md section 2). A row of H elements is
+// H / VEC vectors handled by ROW_THREADS threads (a whole number of warps); ROWS rows share a CTA
+// (a warp or a few per row when rows are short and many). With ITEMS > 0 each thread keeps its
+// ITEMS vectors of x in registers between the two passes, so x is read from memory once (SGLang
+// re-reads it, which costs it a third of the bandwidth at large T); ITEMS = 0 re-reads x from
+// global memory like SGLang. PRELOAD_W loads w alongside x, so its latency hides behind the
+// reduction. The row's reduction is a warp butterfly, then (more than one warp per row) one
+// shared-memory exchange after which every warp of the row sums the per-warp partials itself:
+// one __syncthreads, no second broadcast.
+#include "common.cuh"
+
+//@ kernel: rmsnorm
+//@ param ROW_THREADS: 32, 64, 128, 256, 512, 1024  -- threads per row (whole warps)
+//@ param ROWS: 1, 2, 4, 8                          -- rows per CTA
+//@ param VEC: 8, 4, 2, 1                           -- elements per load
+//@ param ITEMS: 0, 1, 2, 4, 8, 16                  -- vectors of x per thread held in registers; 0: re-read x in pass 2 like SGLang
+//@ param PRELOAD_W: 0, 1                           -- load w into registers with x, before the reduction
+//@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
+//@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
+//@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
+//@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
+//@ require ROW_THREADS <= max(32, next_pow2(H // VEC))   -- no more threads per row than its vectors (rounded up to a power of two)
+//@ require ITEMS == 0 or ceil_div(H // VEC, ROW_THREADS) <= ITEMS   -- the row fits in the register slots of its threads
+//@ require ITEMS <= 4 * ceil_div(H // VEC, ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
+//@ require PRELOAD_W == 0 or ITEMS > 0             -- preloading w is part of the registers mode
+//@ require REG_CAP == 128 or ROW_THREADS * ROWS <= 512   -- 1024 threads already cap a thread at 64 registers
+//@ require (1 + PRELOAD_W) * ITEMS * VEC * max(ELEM_BYTES, 4 // VEC) <= 4 * (min(REG_CAP, 65536 // (ROW_THREADS * ROWS)) - 32)   -- held data (x, and w; an element takes a whole register when VEC = 1) leaves at least 32 of the registers a thread may have (else spills)
+//@ grid: ceil_div(T, ROWS)
+//@ block: ROW_THREADS * ROWS
+//@ fast_math: 1
+//@ max_registers: 128
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=1 REG_CAP=128
+
+#define THREADS (ROW_THREADS * ROWS)
+#define WARPS_PER_ROW (ROW_THREADS / 32)
+// __launch_bounds__' second argument: enough resident CTAs that the compiler keeps a thread
+// within REG_CAP registers (-maxrregcount does not apply to a kernel with launch bounds).
+#define MIN_CTAS ((65536 / (THREADS * REG_CAP)) > 0 ? (65536 / (THREADS * REG_CAP)) : 1)
+
+// The squares of pass 1 convert through inline PTX, which the compiler cannot merge with pass 2's
+// conversions: it then keeps x packed (2 bytes an element) rather than as floats between passes.
+__device__ __forceinline__ float square_opaque(__nv_bfloat16 v) {
+    float f;
+    asm("{ .reg .b32 t; cvt.u32.u16 t, %1; shl.b32 %0, t, 16; }" : "=f"(f) : "h"(__bfloat16_as_ushort(v)));
+    return f * f;
+}
+__device__ __forceinline__ float square_opaque(__half v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(__half_as_ushort(v)));
+    return f * f;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
+rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t* __restrict__ out,
+        float eps, int tokens, int hidden) {
+    typedef Vec<scalar_t, VEC> V;
+    const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
+    const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
+    const int lane = threadIdx.x & 31;
+    const long long row = (long long)blockIdx.x * ROWS + group;
+    const bool valid = row < tokens;
+#if WARPS_PER_ROW == 1
+    if (!valid) return;  // a warp per row: no CTA-wide barrier below
+#endif
+    const int nvec = hidden / VEC;
+    const long long base = (valid ? row : 0) * (long long)hidden;
+    const V* xr = reinterpret_cast<const V*>(x + base);
+    const V* wr = reinterpret_cast<const V*>(w);
+    V* orow = reinterpret_cast<V*>(out + base);
+
+    float sum_sq = 0.f;
+#if ITEMS > 0
+    // Vector k of this thread is t + k * ROW_THREADS: constant offsets from one pointer each.
+    const int rem = valid ? nvec - t : 0;  // vector k exists when k * ROW_THREADS < rem
+    const V* xt = xr + t;
+    const V* wt = wr + t;
+    V xv[ITEMS];
+#if PRELOAD_W
+    V wv[ITEMS];
+#endif
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        if (k * ROW_THREADS < rem) {
+            xv[k] = xt[k * ROW_THREADS];
+#if PRELOAD_W
+            wv[k] = wt[k * ROW_THREADS];
+#endif
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        if (k * ROW_THREADS < rem) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) sum_sq += square_opaque(xv[k].v[j]);
+        }
+    }
+#else
+    if (valid) {
+        for (int i = t; i < nvec; i += ROW_THREADS) {
+            const V v = xr[i];
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const float f = to_float(v.v[j]);
+                sum_sq += f * f;
+            }
+        }
+    }
+#endif
+
+    float total = warp_sum(sum_sq);
+#if WARPS_PER_ROW > 1
+    __shared__ float partial[ROWS][WARPS_PER_ROW];
+    if (lane == 0) partial[group][t >> 5] = total;
+    __syncthreads();
+    total = warp_sum(lane < WARPS_PER_ROW ? partial[group][lane] : 0.f);
+    if (!valid) return;
+#endif
+    const float rms_rcp = rsqrtf(total / (float)hidden + eps);
+
+#if ITEMS > 0
+    V* ot = orow + t;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        if (k * ROW_THREADS < rem) {
+#if PRELOAD_W
+            const V wk = wv[k];
+#else
+            const V wk = wt[k * ROW_THREADS];
+#endif
+            V ov;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j)
+                ov.v[j] = from_float<scalar_t>(to_float(xv[k].v[j]) * rms_rcp * to_float(wk.v[j]));
+            ot[k * ROW_THREADS] = ov;
+        }
+    }
+#else
+    for (int i = t; i < nvec; i += ROW_THREADS) {
+        const V xv = xr[i];
+        const V wv = wr[i];
+        V ov;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+            ov.v[j] = from_float<scalar_t>(to_float(xv.v[j]) * rms_rcp * to_float(wv.v[j]));
+        orow[i] = ov;
+    }
+#endif
+}
