@@ -1,5 +1,7 @@
 """silu_and_mul and its gelu variants: the gated activation of a transformer MLP."""
 
+from astra_kernels.tools.problem import Tolerance
+
 from ..schema import Anchor, ArgSpec, KernelSpec
 
 _SERVING = [{"T": t, "D": d} for t in (1, 16, 128, 2048, 16384) for d in (14336, 28672)]
@@ -32,6 +34,11 @@ SPEC = KernelSpec(
     },
     bytes_moved="3 * T * D * ELEM_BYTES",
     flops="T * D * 6",
+    # fp32 under --use_fast_math (as SGLang builds it) computes tanh with tanh.approx.f32; where
+    # 1 + tanh(u) is small, gelu_tanh's output carries absolute errors up to 3.1e-5 (H200,
+    # 2026-11-22: 0.1% of elements past atol 1e-5, relative norm error 1.3e-6), so fp32 allows an
+    # absolute 1e-4 and keeps the default relative and norm bounds.
+    tolerances={"fp32": Tolerance(rtol=1e-4, atol=1e-4, max_norm_error=1e-5)},
     anchors=[
         a for (t, d), hs, hc, ns, nc in _ANCHORS
         for a in (Anchor(device="H200", shape={"T": t, "D": d}, sglang_us=hs, torch_compile_us=hc),
