@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         t.add_column("figure")
         t.add_column("value")
         e = g["evaluation_1mb_copy"]
-        t.add_row("copy bandwidth (driver memcpy, 1 GiB)", f"{g['copy_bandwidth_gbs']:.0f} GB/s")
+        t.add_row("copy ceiling (best of driver memcpy and copy kernel, 1 GiB)", f"{g['copy_bandwidth_gbs']:.0f} GB/s")
         t.add_row("copy probe, 1 GiB, graph replay", f"{g['copy_probe_1gb']['median_us']:.1f} us = "
                   f"{g['copy_probe_1gb']['fraction_of_copy_bandwidth']:.1%} of copy bandwidth")
         t.add_row("launch floor: empty kernel, graph replay", f"{g['launch_floor_us']['graph']:.2f} us")

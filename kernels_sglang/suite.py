@@ -123,12 +123,16 @@ def problem(folder: KernelFolder, shape: dict[str, int], dtype: str, variant: st
     )
 
 
+def base_options(dtype: str, variant_defines: dict[str, int], arch: str | None = None) -> CompileOptions:
+    """What every binary of a kernel in `dtype` and a variant shares, before a configuration."""
+    defines = {"DTYPE": C_TYPES.get(dtype, "float"), "ELEM_BYTES": numpy_dtype(dtype).itemsize,
+               **variant_defines}
+    return CompileOptions(arch=arch, headers=headers(), defines=defines)
+
+
 def compile_options(instance: Instance, dtype: str, variant_defines: dict[str, int],
                     arch: str | None = None) -> CompileOptions:
-    defines = {"DTYPE": C_TYPES.get(dtype, "float"), "ELEM_BYTES": numpy_dtype(dtype).itemsize,
-               **variant_defines, **instance.defines}
-    return CompileOptions(arch=arch, fast_math=instance.fast_math, headers=headers(),
-                          max_registers=instance.max_registers, defines=defines)
+    return instance.compile_options(base_options(dtype, variant_defines, arch))
 
 
 def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,

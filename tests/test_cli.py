@@ -61,3 +61,11 @@ def test_check_without_gpu_compiles_and_says_so(capsys):
 def test_doctor_says_there_is_no_gpu(capsys):
     assert cli.main(["doctor", "--json"]) == 0
     assert "none" in json.loads(capsys.readouterr().out)["gpu"]
+
+
+def test_space_reports_each_stage(capsys):
+    assert cli.main(["space", "silu_and_mul", "--shape", "16x4096", "--sample", "30", "--arch", "sm_90", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["total"] == 30
+    assert report["after_constraints"] >= report["after_compile"] >= len(report["candidates"])
+    assert {p["stage"] for p in report["pruned"]} <= {"constraint", "compile", "hardware"}

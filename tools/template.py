@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from .compiler import CompileOptions
 from .errors import AstraError
 from .expressions import Expression, ExpressionError
 
@@ -62,6 +63,14 @@ class Instance:
     shared_bytes: int
     fast_math: bool
     max_registers: int | None
+
+    def compile_options(self, base: CompileOptions) -> CompileOptions:
+        """`base` (arch, headers, the dtype's and variant's defines) with this instance's own."""
+        return base.model_copy(update={
+            "defines": {**base.defines, **self.defines},
+            "fast_math": self.fast_math,
+            "max_registers": self.max_registers,
+        })
 
 
 @dataclass(frozen=True)
