@@ -1,0 +1,109 @@
+"""The runner: evaluates what a strategy proposes, within a budget, through the results store.
+
+Strategies only propose (tools/strategies.py); the runner turns a configuration into a request,
+answers it from the results store when this exact measurement exists (so a re-run or a resumed
+run evaluates nothing twice), otherwise sends it to the evaluation worker and stores the result,
+failures included. Budgets count proposals, reused or not, so a resumed search retraces the same
+path and ends where the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from .evaluation import EvaluationRequest, EvaluationResult
+from .results import ResultsStore, evaluation_key
+from .strategies import Strategy
+
+
+class Evaluator(Protocol):
+    """What the runner needs of an EvaluationWorker: a device description and evaluate()."""
+
+    device: dict
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluationResult: ...
+
+
+class Budget(BaseModel):
+    evaluations: int | None = None
+    seconds: float | None = None
+
+
+class Trial(BaseModel):
+    config: dict[str, int]
+    status: str
+    median_us: float | None = None
+    fraction_of_copy_bandwidth: float | None = None
+    reused: bool = False
+    message: str = ""
+
+
+class SearchOutcome(BaseModel):
+    strategy: str
+    trials: list[Trial] = Field(default_factory=list)
+    best_config: dict[str, int] | None = None
+    best_us: float | None = None
+    seconds: float = 0.0
+    stopped_by: Literal["exhausted", "evaluations", "seconds"] = "exhausted"
+
+    @property
+    def fresh_evaluations(self) -> int:
+        return sum(not t.reused for t in self.trials)
+
+
+class StoredEvaluator:
+    """The worker behind the results store: a hit is returned without touching the GPU."""
+
+    def __init__(self, worker: Evaluator, store: ResultsStore, run_id: str = ""):
+        self.worker = worker
+        self.store = store
+        self.run_id = run_id
+
+    def __call__(self, request: EvaluationRequest, **labels) -> tuple[EvaluationResult, bool]:
+        key = evaluation_key(request, self.worker.device["name"])
+        if (stored := self.store.get(key)) is not None:
+            return stored, True
+        result = self.worker.evaluate(request)
+        self.store.put(key, request, result, run_id=self.run_id, **labels)
+        return result, False
+
+
+def search(strategy: Strategy, request_for: Callable[[dict[str, int]], EvaluationRequest],
+           evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
+           labels: Callable[[dict[str, int]], dict] | None = None,
+           progress: Callable[[Trial], None] | None = None) -> SearchOutcome:
+    """Ask, evaluate, tell, until the strategy has nothing left or a budget runs out.
+
+    A configuration scores its graph-replayed median time when it is correct; anything else
+    (compile error, wrong output, crash, timeout) scores None and can never be the best.
+    """
+    outcome = SearchOutcome(strategy=strategy.name)
+    started = time.perf_counter()
+    while True:
+        if budget.evaluations is not None and len(outcome.trials) >= budget.evaluations:
+            outcome.stopped_by = "evaluations"
+            break
+        if budget.seconds is not None and time.perf_counter() - started >= budget.seconds:
+            outcome.stopped_by = "seconds"
+            break
+        config = strategy.ask()
+        if config is None:
+            break
+        result, reused = evaluate(request_for(config), **(labels(config) if labels else {}))
+        ok = result.status == "ok" and result.timing is not None
+        score = result.timing.median_us if ok else None
+        trial = Trial(config=config, status=result.status, median_us=score, reused=reused,
+                      fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
+                      message=result.message[:300])
+        outcome.trials.append(trial)
+        strategy.tell(config, score)
+        if score is not None and (outcome.best_us is None or score < outcome.best_us):
+            outcome.best_us, outcome.best_config = score, config
+        if progress:
+            progress(trial)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
