@@ -213,6 +213,52 @@ def cmd_space(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """Search the template's space at each shape on the local GPU; write the results and a report."""
+    from rich.progress import Progress
+
+    from astra_kernels.kernels_sglang import suite, tuning
+    from astra_kernels.tools import EvaluationWorker
+    from astra_kernels.tools.device import gpu_available
+    from astra_kernels.tools.results import ResultsStore
+    from astra_kernels.tools.runner import Budget, StoredEvaluator
+
+    folder = suite.load(args.kernel)
+    spec = folder.spec
+    shapes = _shapes(folder, args) or spec.shapes.get("astra") or spec.shapes["serving"]
+    dtype = args.dtype or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
+    if not gpu_available():
+        console.print(
+            "[yellow]no GPU here:[/yellow] tuning measures kernels, so it needs an NVIDIA GPU. What runs "
+            f"without one: `astra space {spec.name} --shape {spec.label(shapes[0])}` (the pruned search "
+            f"space, compiled), `astra check {spec.name}` (compiles the baseline and sampled configurations).")
+        return 2
+    out = Path(args.out or f"out/{spec.name}")
+    store_path = Path(args.store or out / "results.sqlite")
+    budget = Budget(evaluations=args.budget, seconds=args.seconds)
+    with EvaluationWorker(device_index=args.gpu) as worker, ResultsStore(store_path) as store:
+        evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"tuning {spec.name} on {worker.device['name']}", total=None)
+
+            def progress(label, trial):
+                if trial is None:
+                    bar.update(task, description=f"{spec.name} {label}")
+                else:
+                    bar.advance(task)
+
+            report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
+                                 strategy=args.strategy, budget=budget, seed=args.seed,
+                                 sample=args.sample, progress=progress)
+    written = tuning.write_outputs(folder, report, out)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console.print(tuning.render_markdown(report), markup=False, highlight=False)
+        console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="astra",
@@ -266,6 +312,23 @@ def build_parser() -> argparse.ArgumentParser:
     space.add_argument("--gpu", type=int, default=0)
     space.add_argument("--json", action="store_true")
     space.set_defaults(func=cmd_space)
+
+    tune = sub.add_parser("tune", help="search a kernel's template on the local GPU (the offline main job)")
+    tune.add_argument("kernel")
+    tune.add_argument("--shapes", help="comma-separated shapes (default: the kernel's astra set, else serving)")
+    tune.add_argument("--set", help="one shape set: astra, serving or odd")
+    tune.add_argument("--dtype")
+    tune.add_argument("--variant", default="default")
+    tune.add_argument("--strategy", default="exhaustive", help="exhaustive, random or hillclimb")
+    tune.add_argument("--budget", type=int, help="evaluations per shape (default: no limit)")
+    tune.add_argument("--seconds", type=float, help="seconds per shape (default: no limit)")
+    tune.add_argument("--sample", type=int, help="search a seeded sample of this many configurations")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--out", help="output folder (default out/KERNEL)")
+    tune.add_argument("--store", help="results store (default OUT/results.sqlite)")
+    tune.add_argument("--gpu", type=int, default=0)
+    tune.add_argument("--json", action="store_true")
+    tune.set_defaults(func=cmd_tune)
     return parser
 
 

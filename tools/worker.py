@@ -28,8 +28,10 @@ def _serve(conn, device_index: int) -> None:
     except Exception as exc:  # NoGpuError and driver failures alike go back as text
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send((_READY, {"name": device.properties.name, "arch": device.properties.arch,
-                        "pid": os.getpid()}))
+    props = device.properties
+    conn.send((_READY, {"name": props.name, "arch": props.arch, "pid": os.getpid(),
+                        "multiprocessors": props.multiprocessors,
+                        "max_shared_per_block_optin": props.max_shared_per_block_optin}))
     from .evaluation import evaluate
 
     while True:

@@ -1,0 +1,79 @@
+"""`astra tune`'s orchestration with a scripted GPU: pruning, search per shape, the general
+configuration, the dispatch table, the output folder, and a re-run that measures nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.kernels_sglang import suite, tuning
+from astra_kernels.tools.device import gpu_available
+from astra_kernels.tools.evaluation import EvaluationResult
+from astra_kernels.tools.results import ResultsStore
+from astra_kernels.tools.runner import Budget, StoredEvaluator
+from astra_kernels.tools.timing import Timing
+
+FOLDER = suite.load("silu_and_mul")
+SHAPES = [{"T": 16, "D": 4096}, {"T": 64, "D": 8192}]
+
+
+class ScriptedWorker:
+    """Prefers more CTAs per row at few tokens and wide vectors everywhere."""
+
+    device = {"name": "Scripted GPU", "arch": "sm_90", "multiprocessors": 132, "max_shared_per_block_optin": 232448}
+
+    def __init__(self):
+        self.calls = 0
+
+    def evaluate(self, request):
+        self.calls += 1
+        d = request.options.defines
+        us = 10.0 / d.get("VEC", 8) + (1.0 / d.get("CHUNKS", 1)) + d.get("UNROLL", 1) * 0.01
+        t = Timing(median_us=us, min_us=us, max_us=us, spread=0.0, samples_us=[us], launches_per_replay=10,
+                   input_sets=10, method="graph")
+        return EvaluationResult(status="ok", timing=t)
+
+
+def run(store, worker, **kw):
+    return tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
+                       sample=40, seed=2, **kw)
+
+
+def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
+    worker = ScriptedWorker()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, strategy="exhaustive")
+    assert [s.label for s in report.shapes] == ["16x4096", "64x8192"]
+    for s in report.shapes:
+        assert s.space_total == 40 and s.space_candidates == len(s.search.trials) > 0
+        assert s.search.best_config["VEC"] == 8
+        assert s.speedup and s.speedup > 0
+    assert report.general is not None and set(report.general_us) == {"16x4096", "64x8192"}
+    config, why = report.dispatch.pick({"T": 16, "D": 4096})
+    assert config == report.shapes[0].search.best_config and why == "tuned"
+    config, why = report.dispatch.pick({"T": 5, "D": 1002})  # D = 2 mod 8: VEC=8 cannot run there
+    assert config["VEC"] <= 2 and "VEC" in config
+    written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    assert all(p.exists() for p in written)
+    best = json.loads((tmp_path / "out" / "best.json").read_text())
+    assert best["per_shape"]["16x4096"]["config"]["VEC"] == 8
+    assert "| 16x4096 | 40 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_rerun_measures_nothing_and_budget_limits_each_shape(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        first = ScriptedWorker()
+        run(store, first, strategy="random", budget=Budget(evaluations=5))
+        again = ScriptedWorker()
+        report = run(store, again, strategy="random", budget=Budget(evaluations=5))
+    assert again.calls == 0
+    assert all(len(s.search.trials) == 5 and s.search.stopped_by == "evaluations" for s in report.shapes)
+
+
+@pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
+def test_tune_without_gpu_says_what_can_run(capsys):
+    assert cli.main(["tune", "silu_and_mul"]) == 2
+    out = capsys.readouterr().out
+    assert "no GPU here" in out and "astra space" in out
