@@ -373,9 +373,10 @@ def test_template_writes_every_rotated_element_once(variant):
 # (c) compiles -----------------------------------------------------------------------------------
 
 def _blocks_per_sm(registers: int, threads: int) -> int:
-    warps = -(-threads // 32)
-    per_warp = -(-registers * 32 // 256) * 256
-    return min(32, 64 // warps, 65536 // (warps * per_warp))
+    from astra_kernels.tools.hardware import limits_for, occupancy
+    from astra_kernels.tools.resources import ResourceUsage
+
+    return occupancy(ResourceUsage(registers=registers), threads, 0, limits_for("sm_90")).blocks_per_sm
 
 
 def test_baseline_occupancy_assumption_matches_ptxas():
