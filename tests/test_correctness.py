@@ -80,3 +80,18 @@ def test_unchanged_and_fresh_outputs():
 @pytest.mark.parametrize("set_bytes,expected", [(1 << 30, 2), (1 << 20, 256), (1, 4096), (100 << 20, 3)])
 def test_rotation_keeps_l2_cold(set_bytes, expected):
     assert rotation_count(set_bytes) == expected
+
+
+def test_worker_keeps_the_last_two_draws():
+    """Candidates of one search share their seeded draws; the worker computes each once."""
+    from astra_kernels.tools import evaluation, probes
+
+    problem = probes.copy_request(1 << 12).problem
+    a1 = evaluation._case(problem, 1)
+    assert evaluation._case(problem, 1) is a1
+    b = evaluation._case(problem, 2)
+    assert b is not a1 and b.inputs["src"].tobytes() != a1.inputs["src"].tobytes()
+    other = probes.copy_request(1 << 13).problem
+    evaluation._case(other, 1)
+    assert evaluation._case(problem, 2) is b  # still kept: the two most recent
+    assert evaluation._case(problem, 1) is not a1  # pushed out, drawn again

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,7 +22,7 @@ from .correctness import POISON_BYTE, Check, compare, outputs_differ, unchanged
 from .device import Device, DeviceBuffer, Kernel
 from .dtypes import numpy_dtype
 from .errors import AstraError, CompileError, KernelNotFoundError, LaunchArgumentError, LaunchError
-from .problem import Problem
+from .problem import Case, Problem
 from .ceiling import copy_bandwidth
 from .timing import Timing, rotation_count, time_graph, time_stream
 
@@ -104,11 +105,32 @@ class _Buffers:
             buf.close()
 
 
-def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int):
-    """Launch once on a fresh draw; return (checks, outputs as downloaded, expected)."""
-    problem = request.problem
+_CASES: OrderedDict[tuple, Case] = OrderedDict()
+_CASES_KEPT = 2  # the two seeds of one problem: consecutive candidates share them
+
+
+def _case(problem: Problem, seed: int) -> Case:
+    """The seeded draw and its reference, computed once per problem and seed in this worker.
+
+    Every configuration of a search is checked on the same two draws, and the float64 reference
+    of a large shape takes seconds, so the last draws are kept; nothing mutates them.
+    """
+    key = (problem.label, tuple(problem.params), repr(problem.make_case), seed)
+    if key in _CASES:
+        _CASES.move_to_end(key)
+        return _CASES[key]
     case = problem.make_case(seed)
     problem.validate_case(case)
+    _CASES[key] = case
+    while len(_CASES) > _CASES_KEPT:
+        _CASES.popitem(last=False)
+    return case
+
+
+def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int):
+    """Launch once on a seeded draw; return (checks, outputs as downloaded, expected)."""
+    problem = request.problem
+    case = _case(problem, seed)
     buffers = _Buffers(problem)
     try:
         for p in problem.buffers:
@@ -149,7 +171,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[T
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes)
     launches = max(sets_needed, request.min_launches)
-    case = problem.make_case(request.seeds[0])
+    case = _case(problem, request.seeds[0])
     sets = [_Buffers(problem) for _ in range(sets_needed)]
     try:
         for buffers in sets:
