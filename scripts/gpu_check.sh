@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark of the repository on the local GPU, logs and JSON under DIR.
+#   bash scripts/gpu_check.sh DIR [pytest -k expression]
+# Run from the checkout with the package importable (pip install -e ., or a wheelhouse install
+# on PYTHONPATH: see the README). Each step has its own time limit, so one slow step cannot
+# starve the rest; a step's failure is reported and the next one still runs.
+set -u
+out=${1:?usage: scripts/gpu_check.sh DIR [pytest -k expression]}
+select=${2:-}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+status=0
+
+step() {  # step NAME SECONDS COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s)"
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    tail -n 25 "$out/$name.log"
+    [ "$rc" -eq 0 ] || { echo "== $name exited $rc"; status=1; }
+}
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt" 2>&1
+step toolchain_tests 180 python3 -P -m pytest -q -p no:cacheprovider tests/test_gpu_toolchain.py
+step suite_tests 1200 python3 -P -m pytest -q -s -p no:cacheprovider tests/test_gpu_suite.py ${select:+-k "$select"}
+step baselines 300 python3 bench/baselines.py --json "$out/baselines.json"
+step toolchain_bench 120 python3 bench/toolchain.py --json "$out/toolchain.json"
+exit $status
