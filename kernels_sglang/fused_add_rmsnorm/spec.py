@@ -1,25 +1,12 @@
 """fused_add_rmsnorm: the residual add and RMS norm between transformer layers (kernels.md section 3)."""
 
+from ..rmsnorm.spec import _ASTRA, _ODD, _SERVING
 from ..schema import Anchor, ArgSpec, KernelSpec
 
-_ASTRA = [{"T": t, "H": h} for t, h in (
-    (128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336), (1024, 8192),
-)]
-# kernels.md lists serving shapes for rmsnorm only (section 2); the norm runs on the same token
-# counts and widths in serving, and the 16384x8192 anchor below is one of them, so the same set.
-_SERVING = [{"T": t, "H": h} for t in (1, 16, 128, 256, 1024, 2048, 16384) for h in (4096, 8192)]
-# Edge cases: H not a multiple of 8 (vec = gcd(8, H) is 4, 2 or 1), more vectors than 1024 threads
-# (several rounds, a ragged last one), a row narrower than a warp, odd row counts (tails of ROWS),
-# and a row of 20000 (80 KB of fp32 in shared memory for the baseline).
-_ODD = [{"T": t, "H": h} for t, h in (
-    (1, 4100),   # vec 4, 1025 vectors: 1024 threads, a second round with one vector
-    (3, 1000),   # vec 8, 125 vectors: fewer than 4 warps
-    (5, 5144),   # vec 8, 643 vectors
-    (2, 4097),   # vec 1, 4097 vectors: five rounds of 1024
-    (7, 12),     # vec 4, 3 vectors: most of the warp idle
-    (3, 20000),  # vec 8, 2500 vectors: three rounds, a wide row
-    (9, 2050),   # vec 2
-)]
+# The same shape sets as rmsnorm: Astra's norm shapes are this kernel's (section 3); kernels.md
+# lists serving shapes for rmsnorm only, but the norm runs on the same token counts and widths
+# (the 16384x8192 anchor below is one of them); the odd set covers the same edge cases, and its
+# 3x20000 row is 80 KB of fp32 in the baseline's shared memory.
 _ANCHORS = [
     # (shape, H200 SGLang us, H200 torch.compile us, H100 SGLang us, H100 torch.compile us)
     ((128, 4096), 3.82, 3.36, 4.23, 3.60),
