@@ -208,8 +208,3 @@ def compile_targets(folder: KernelFolder, which: str, arch: str, *, sample: int 
         else:
             exclusions.append(first_exclusion)
     return list(targets.values()), exclusions
-
-
-def bytes_floor_us(folder: KernelFolder, shape: dict[str, int], dtype: str, bandwidth_gbs: float) -> float:
-    env = environment(folder.spec, shape, dtype, "default")
-    return Expression(folder.spec.bytes_moved)(env) / (bandwidth_gbs * 1e3)

@@ -195,10 +195,15 @@ def _key_and_flags(source: str, options: CompileOptions, name: str) -> tuple[str
     return key, flags, arch
 
 
-def is_cached(source: str, options: CompileOptions, store: CompileCache, name: str = "kernel.cu") -> bool:
-    """Whether compiling would be a cache read (so no worker process is worth starting for it)."""
-    key, _, _ = _key_and_flags(source, options, name)
-    return store.get(key) is not None
+def _from_cache(store: CompileCache, key: str, source: str) -> CompiledModule | None:
+    """The cached module for `key`, None on a miss; a cached failure raises its CompileError again."""
+    hit = store.get(key)
+    if hit is None:
+        return None
+    meta, cubin = hit
+    if not meta["ok"]:
+        _raise_compile_error(source, meta["log"])
+    return CompiledModule.model_validate({**meta["module"], "cubin": cubin, "cached": True})
 
 
 def compile_source(
@@ -218,11 +223,7 @@ def compile_source(
     version = nvrtc_version()
     store = CompileCache() if cache is True else (cache or None)
 
-    if store is not None and (hit := store.get(key)) is not None:
-        meta, cubin = hit
-        if not meta["ok"]:
-            _raise_compile_error(source, meta["log"])
-        module = CompiledModule.model_validate({**meta["module"], "cubin": cubin, "cached": True})
+    if store is not None and (module := _from_cache(store, key, source)) is not None:
         return module
 
     start = time.perf_counter()
@@ -271,10 +272,17 @@ class CompileOutcome(BaseModel):
     diagnostics: list[Diagnostic] = Field(default_factory=list)
 
 
-def _compile_one(index: int, source: str, options: CompileOptions, cache_dir) -> CompileOutcome:
+def _compile_one(index: int, source: str, options: CompileOptions, cache_dir,
+                 cache_only: bool = False) -> CompileOutcome | None:
+    """One variant as an outcome; with `cache_only`, None unless the cache already has it."""
     cache = CompileCache(cache_dir) if cache_dir is not None else False
     try:
-        module = compile_source(source, options, cache=cache)
+        if cache_only:
+            module = _from_cache(cache, _key_and_flags(source, options, "kernel.cu")[0], source)
+            if module is None:
+                return None
+        else:
+            module = compile_source(source, options, cache=cache)
     except CompileError as exc:
         return CompileOutcome(index=index, error=str(exc), error_type=type(exc).__name__,
                               diagnostics=exc.diagnostics)
@@ -301,9 +309,12 @@ def compile_many(
     store = CompileCache() if cache is True else (cache or None)
     cache_dir = str(store.directory) if store is not None else None
     # Cache hits are file reads: answer them here, and start processes only for real compiles.
-    misses = [i for i, (s, o) in enumerate(resolved) if store is None or not is_cached(s, o, store)]
-    missing = set(misses)
-    outcomes = {i: _compile_one(i, s, o, cache_dir) for i, (s, o) in enumerate(resolved) if i not in missing}
+    outcomes = {}
+    if store is not None:
+        for i, (s, o) in enumerate(resolved):
+            if (hit := _compile_one(i, s, o, cache_dir, cache_only=True)) is not None:
+                outcomes[i] = hit
+    misses = [i for i in range(len(resolved)) if i not in outcomes]
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
     if workers == 1 or len(misses) <= 2:
         outcomes.update({i: _compile_one(i, *resolved[i], cache_dir) for i in misses})

@@ -263,9 +263,6 @@ class Device:
     def synchronize(self, stream=None) -> None:
         check(_driver().cuStreamSynchronize(stream if stream is not None else self.stream), "synchronize")
 
-    def buffer(self, nbytes: int) -> DeviceBuffer:
-        return DeviceBuffer(nbytes)
-
     def upload(self, array: np.ndarray) -> DeviceBuffer:
         buf = DeviceBuffer(array.nbytes)
         buf.upload(array)
