@@ -235,7 +235,11 @@ def cmd_tune(args) -> int:
         return 2
     out = Path(args.out or f"out/{spec.name}")
     store_path = Path(args.store or out / "results.sqlite")
-    budget = Budget(evaluations=args.budget, seconds=args.seconds)
+    seconds = args.seconds
+    if seconds is None and args.budget is None:
+        seconds = tuning.DEFAULT_SEARCH_SECONDS / len(shapes)
+    budget = Budget(evaluations=args.budget, seconds=seconds)
+    verify = {"tuned": [], "sets": spec.all_shapes()}[args.verify]
     with EvaluationWorker(device_index=args.gpu) as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
         with Progress(console=console, transient=True) as bar:
@@ -248,18 +252,25 @@ def cmd_tune(args) -> int:
                     bar.advance(task)
 
             report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
-                                 strategy=args.strategy, budget=budget, seed=args.seed,
-                                 sample=args.sample, progress=progress)
+                                 strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
+                                 sample=args.sample, verify=verify, progress=progress)
     written = tuning.write_outputs(folder, report, out)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
         console.print(tuning.render_markdown(report), markup=False, highlight=False)
         console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
+    if failures := report.verification_failures:
+        console.print(f"[red]the dispatch table failed at {len(failures)} shape(s):[/red] "
+                      + "; ".join(f"{v.label}: {v.status} {v.message[:120]}" for v in failures))
+        return 1
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from astra_kernels.kernels_sglang.tuning import DEFAULT_SEARCH_SECONDS
+    from astra_kernels.tools.strategies import STRATEGIES
+
     parser = argparse.ArgumentParser(
         prog="astra",
         description="astra-kernels: make SGLang's CUDA kernels faster, with every number measured.",
@@ -319,9 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--set", help="one shape set: astra, serving or odd")
     tune.add_argument("--dtype")
     tune.add_argument("--variant", default="default")
-    tune.add_argument("--strategy", default="exhaustive", help="exhaustive, random or hillclimb")
+    tune.add_argument("--strategy", default="auto", choices=["auto", *STRATEGIES],
+                      help="auto (default): exhaustive when the pruned space fits the budget, else tpe")
     tune.add_argument("--budget", type=int, help="evaluations per shape (default: no limit)")
-    tune.add_argument("--seconds", type=float, help="seconds per shape (default: no limit)")
+    tune.add_argument("--seconds", type=float,
+                      help="search seconds per shape (default: without --budget, "
+                           f"{DEFAULT_SEARCH_SECONDS:.0f} s shared by the shapes)")
+    tune.add_argument("--rounds", type=int, default=3, help="planned search rounds per shape (default 3)")
+    tune.add_argument("--verify", choices=["tuned", "sets"], default="tuned",
+                      help="run the dispatch table's pick through the correctness checks at every shape "
+                           "of every set (sets), or only at the tuned shapes (tuned, the default)")
     tune.add_argument("--sample", type=int, help="search a seeded sample of this many configurations")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", help="output folder (default out/KERNEL)")

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from astra_kernels.tools import plots
 from astra_kernels.tools.hardware import limits_for
-from astra_kernels.tools.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search
+from astra_kernels.tools.planner import plan_round
+from astra_kernels.tools.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
 from astra_kernels.tools.space import build_space
-from astra_kernels.tools.strategies import make_strategy
 from astra_kernels.tools.template import Exclusion
 
 from . import suite
@@ -47,6 +48,23 @@ class ShapeResult(BaseModel):
         return None
 
 
+class VerifiedShape(BaseModel):
+    """The dispatch table's pick at one shape, run through the full correctness protocol."""
+
+    shape: dict[str, int]
+    label: str
+    config: dict[str, int]
+    picked_by: str
+    status: str
+    median_us: float | None = None
+    baseline_us: float | None = None
+    message: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline_us / self.median_us if self.baseline_us and self.median_us else None
+
+
 class TuneReport(BaseModel):
     kernel: str
     dtype: str
@@ -59,6 +77,11 @@ class TuneReport(BaseModel):
     general: dict[str, int] | None = None
     general_us: dict[str, float] = Field(default_factory=dict)
     dispatch: DispatchTable | None = None
+    verified: list[VerifiedShape] = Field(default_factory=list)
+
+    @property
+    def verification_failures(self) -> list[VerifiedShape]:
+        return [v for v in self.verified if v.status != "ok"]
 
     def geomean_speedup(self) -> float | None:
         speedups = [s.speedup for s in self.shapes if s.speedup]
@@ -66,9 +89,9 @@ class TuneReport(BaseModel):
 
 
 def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shapes: list[dict[str, int]],
-         dtype: str, variant: str = "default", strategy: str = "exhaustive", budget: Budget | None = None,
-         seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
-         progress: Callable[[str, Trial | None], None] | None = None) -> TuneReport:
+         dtype: str, variant: str = "default", strategy: str = "auto", budget: Budget | None = None,
+         rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
+         verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None) -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring."""
     spec = folder.spec
     arch = worker.device["arch"]
@@ -97,10 +120,13 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         if progress:
             progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
-        outcome = search(
-            make_strategy(strategy, [c.config for c in space.candidates], seed),
+        chosen = pick_strategy(strategy, len(space.candidates), budget)
+        outcome = search_rounds(
+            chosen, [c.config for c in space.candidates],
             lambda config, shape=shape: request("template", shape, config),
-            evaluator, budget or Budget(), labels=labels("template", shape),
+            evaluator, budget or Budget(), rounds=rounds, seed=seed,
+            plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
+            labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
         )
         report.shapes.append(ShapeResult(
@@ -118,7 +144,41 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         entries=[DispatchEntry(shape=s.shape, config=s.search.best_config, median_us=s.search.best_us)
                  for s in report.shapes if s.search.best_config],
     )
+    for shape in verify or []:
+        if progress:
+            progress(f"verifying {spec.label(shape)}", None)
+        report.verified.append(_verify(report.dispatch, shape, spec, request, evaluator, labels, limits))
     return report
+
+
+def _verify(dispatch, shape, spec, request, evaluator, labels, limits) -> VerifiedShape:
+    """What the generated launcher would run at `shape`: correct, and how fast beside the baseline."""
+    label = spec.label(shape)
+    try:
+        config, picked_by = dispatch.pick(shape, limits.multiprocessors)
+    except suite.AstraError as exc:
+        return VerifiedShape(shape=shape, label=label, config={}, picked_by="", status="excluded", message=str(exc))
+    result, _ = evaluator(request("template", shape, config), **labels("template", shape)(config))
+    baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
+    return VerifiedShape(
+        shape=shape, label=label, config=config, picked_by=picked_by, status=result.status,
+        median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
+        baseline_us=baseline.timing.median_us if baseline.status == "ok" and baseline.timing else None,
+        message=result.message[:300],
+    )
+
+
+DEFAULT_SEARCH_SECONDS = 120.0  # search time per kernel when no budget is given, shared by its shapes
+AUTO_EXHAUSTIVE = 64  # "auto" measures every candidate of a space at most this large
+
+
+def pick_strategy(strategy: str, candidates: int, budget: Budget | None) -> str:
+    """`auto` is exhaustive when every candidate fits the evaluation budget (or the space is
+    small), else the model-based search; any other name is taken as given."""
+    if strategy != "auto":
+        return strategy
+    limit = budget.evaluations if budget and budget.evaluations else AUTO_EXHAUSTIVE
+    return "exhaustive" if candidates <= limit else "tpe"
 
 
 def _general(winners, shapes, request, evaluator, labels):
@@ -143,10 +203,10 @@ def _general(winners, shapes, request, evaluator, labels):
 
 
 def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> list[Path]:
-    """The kernel source and shared header, parameters, dispatch table, and the report."""
+    """The kernel source and shared header, parameters, dispatch table, report and charts."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "kernel.cu", out / "common.cuh", out / "best.json", out / "dispatch.json",
-               out / "report.json", out / "report.md"]
+               out / "report.json", out / "report.md", out / "speedup.svg", out / "convergence.svg"]
     shutil.copyfile(folder.path / "template.cu", written[0])
     shutil.copyfile(suite.SUITE_DIR / suite.COMMON_HEADER, written[1])
     best = {s.label: {"config": s.search.best_config, "median_us": s.search.best_us,
@@ -155,7 +215,30 @@ def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> 
     written[3].write_text(report.dispatch.model_dump_json(indent=2) if report.dispatch else "{}")
     written[4].write_text(report.model_dump_json(indent=2))
     written[5].write_text(render_markdown(report))
+    written[6].write_text(plots.bar_chart(
+        [s.label for s in report.shapes], [s.speedup for s in report.shapes],
+        title=f"{report.kernel}: best configuration over the baseline, per shape ({report.device})",
+        ylabel="speedup (x)", reference=1.0))
+    written[7].write_text(plots.line_chart(
+        {s.label: convergence(s.search) for s in report.shapes if s.search.best_us},
+        title=f"{report.kernel}: best time so far over the shape's final best",
+        ylabel="best so far / final best", xlabel="evaluations"))
     return written
+
+
+def convergence(outcome: SearchOutcome) -> list[tuple[float, float]]:
+    """(evaluations so far, best time so far over the final best) after each correct trial."""
+    points, best = [], None
+    for i, trial in enumerate(outcome.trials, start=1):
+        if trial.median_us is not None and (best is None or trial.median_us < best):
+            best = trial.median_us
+        if best is not None and outcome.best_us:
+            points.append((float(i), best / outcome.best_us))
+    return points
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if value else "—"
 
 
 def render_markdown(report: TuneReport) -> str:
@@ -165,24 +248,39 @@ def render_markdown(report: TuneReport) -> str:
         f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
         "CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks.",
         "",
-        "| shape | space | after constraints | compiles | fits hardware | evaluated | baseline us | best us | speedup |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated | baseline us | best us | speedup |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report.shapes:
-        fmt = (lambda v: f"{v:.2f}" if v else "—")
         lines.append(
             f"| {s.label} | {s.space_total} | {s.space_after_constraints} | {s.space_after_compile} | "
-            f"{s.space_candidates} | {len(s.search.trials)} ({s.search.stopped_by}) | {fmt(s.baseline_us)} | "
-            f"{fmt(s.search.best_us)} | {fmt(s.speedup)} |")
+            f"{s.space_candidates} | {s.search.strategy} | {len(s.search.trials)} ({s.search.stopped_by}) | "
+            f"{_fmt(s.baseline_us)} | {_fmt(s.search.best_us)} | {_fmt(s.speedup, 3)} |")
     geo = report.geomean_speedup()
-    lines += ["", f"Geometric-mean speedup over the baseline: {geo:.3f}" if geo else "No speedup measured.", ""]
+    lines += ["", f"Geometric-mean speedup over the baseline: {geo:.3f}" if geo else "No speedup measured.", "",
+              "![speedup per shape](speedup.svg)", "", "![convergence](convergence.svg)", ""]
     if report.general:
         lines += [f"General configuration: `{report.general}`", ""]
     lines += ["## Best configuration per shape", ""]
     for s in report.shapes:
         lines.append(f"- {s.label}: `{s.search.best_config}`")
+    lines += ["", "## What the planner did between rounds", ""]
+    for s in report.shapes:
+        for r in s.search.rounds:
+            why = "; ".join(r.reasons) or "the whole pruned space"
+            lines.append(f"- {s.label} round {r.index + 1} ({r.action}, {r.pool} candidates, {r.evaluated} "
+                         f"evaluated, best {_fmt(r.best_us)} us): {why}")
     lines += ["", "## Why configurations were pruned", ""]
     for s in report.shapes:
         reasons = "; ".join(f"{r} ({n})" for r, n in s.pruned_reasons) or "none"
         lines.append(f"- {s.label}: {reasons}")
+    if report.verified:
+        failed = len(report.verification_failures)
+        lines += ["", "## The dispatch table at every verified shape", "",
+                  f"{len(report.verified) - failed} of {len(report.verified)} shapes correct.", "",
+                  "| shape | picked by | configuration | status | baseline us | dispatched us | speedup |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in report.verified:
+            lines.append(f"| {v.label} | {v.picked_by} | `{v.config}` | {v.status} | {_fmt(v.baseline_us)} | "
+                         f"{_fmt(v.median_us)} | {_fmt(v.speedup, 3)} |")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ configuration, the dispatch table, the output folder, and a re-run that measures
 from __future__ import annotations
 
 import json
+from xml.etree import ElementTree
 
 import pytest
 
@@ -33,7 +34,8 @@ class ScriptedWorker:
         us = 10.0 / d.get("VEC", 8) + (1.0 / d.get("CHUNKS", 1)) + d.get("UNROLL", 1) * 0.01
         t = Timing(median_us=us, min_us=us, max_us=us, spread=0.0, samples_us=[us], launches_per_replay=10,
                    input_sets=10, method="graph")
-        return EvaluationResult(status="ok", timing=t)
+        return EvaluationResult(status="ok", timing=t, device=self.device["name"], arch=self.device["arch"],
+                                wall_seconds=0.05)
 
 
 def run(store, worker, **kw):
@@ -70,6 +72,40 @@ def test_rerun_measures_nothing_and_budget_limits_each_shape(tmp_path):
         report = run(store, again, strategy="random", budget=Budget(evaluations=5))
     assert again.calls == 0
     assert all(len(s.search.trials) == 5 and s.search.stopped_by == "evaluations" for s in report.shapes)
+
+
+def test_auto_search_in_rounds_with_verification_and_charts(tmp_path):
+    worker = ScriptedWorker()
+    odd = FOLDER.spec.shapes["odd"]
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, budget=Budget(evaluations=12), verify=odd)
+    for s in report.shapes:
+        assert s.search.strategy == "tpe" and len(s.search.trials) == 12
+        assert len(s.search.rounds) >= 3 and all(r.reasons for r in s.search.rounds[1:])
+    assert [v.label for v in report.verified] == [FOLDER.spec.label(shape) for shape in odd]
+    assert not report.verification_failures
+    assert all(v.median_us and v.baseline_us for v in report.verified)
+    written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## What the planner did between rounds" in text and "round 2 (" in text
+    assert f"{len(odd)} of {len(odd)} shapes correct" in text
+    for svg in [p for p in written if p.suffix == ".svg"]:
+        root = ElementTree.parse(svg).getroot()
+        assert root.tag.endswith("svg") and len(list(root.iter("{http://www.w3.org/2000/svg}text"))) > 5
+
+
+def test_a_failing_pick_is_reported_and_fails_the_command(tmp_path):
+    class BrokenAtOddWidths(ScriptedWorker):
+        def evaluate(self, request):
+            result = super().evaluate(request)
+            if "1002" in request.problem.label and "CHUNKS" in request.options.defines:
+                return EvaluationResult(status="incorrect", message="out: 3 of 5010 elements differ")
+            return result
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, BrokenAtOddWidths(), strategy="exhaustive", verify=[{"T": 3, "D": 1002}])
+    assert [v.status for v in report.verification_failures] == ["incorrect"]
+    assert "1 of 1" not in tuning.render_markdown(report) and "0 of 1 shapes correct" in tuning.render_markdown(report)
 
 
 @pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")

@@ -9,15 +9,19 @@ path and ends where the uninterrupted one would have.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from .evaluation import EvaluationRequest, EvaluationResult
 from .results import ResultsStore, evaluation_key
-from .strategies import Strategy
+from .strategies import Strategy, make_strategy
+
+if TYPE_CHECKING:
+    from .planner import RoundPlan
 
 
 class Evaluator(Protocol):
@@ -42,9 +46,21 @@ class Trial(BaseModel):
     message: str = ""
 
 
+class RoundSummary(BaseModel):
+    """One round of a search in rounds: what the planner chose, and what the round found."""
+
+    index: int
+    action: str  # "first", or the planner's "narrow" / "widen"
+    reasons: list[str] = Field(default_factory=list)
+    pool: int
+    evaluated: int = 0
+    best_us: float | None = None
+
+
 class SearchOutcome(BaseModel):
     strategy: str
     trials: list[Trial] = Field(default_factory=list)
+    rounds: list[RoundSummary] = Field(default_factory=list)
     best_config: dict[str, int] | None = None
     best_us: float | None = None
     seconds: float = 0.0
@@ -105,5 +121,56 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
             outcome.best_us, outcome.best_config = score, config
         if progress:
             progress(trial)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+class RoundPlanner(Protocol):
+    def __call__(self, trials: list[Trial]) -> RoundPlan: ...
+
+
+def search_rounds(strategy: str, candidates: list[dict[str, int]],
+                  request_for: Callable[[dict[str, int]], EvaluationRequest],
+                  evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
+                  rounds: int, plan: RoundPlanner, seed: int = 0,
+                  labels: Callable[[dict[str, int]], dict] | None = None,
+                  progress: Callable[[Trial], None] | None = None) -> SearchOutcome:
+    """Searches in rounds, each over the candidates the planner picks from what was measured.
+
+    The budget is split over `rounds` rounds, each getting an equal share of what is left, so
+    an unused share carries forward; when the planned rounds are over and budget is left, the
+    planner is asked again until it stops or the budget ends (every round measures at least one
+    new candidate, so this ends). An unlimited budget lets the first round try everything.
+    """
+    outcome = SearchOutcome(strategy=strategy)
+    started = time.perf_counter()
+    pool, action, reasons = list(candidates), "first", []
+    for index in itertools.count():
+        if index:
+            planned = plan(outcome.trials)
+            if planned.action == "stop":
+                outcome.stopped_by = "exhausted"
+                break
+            pool, action, reasons = planned.candidates, planned.action, planned.reasons
+        left = max(1, rounds - index)
+        share = Budget(
+            evaluations=None if budget.evaluations is None
+            else -(-(budget.evaluations - len(outcome.trials)) // left),
+            seconds=None if budget.seconds is None
+            else (budget.seconds - (time.perf_counter() - started)) / left,
+        )
+        if share.evaluations is not None and share.evaluations <= 0:
+            outcome.stopped_by = "evaluations"
+            break
+        if share.seconds is not None and share.seconds <= 0:
+            outcome.stopped_by = "seconds"
+            break
+        found = search(make_strategy(strategy, pool, seed + index), request_for, evaluate, share,
+                       labels=labels, progress=progress)
+        outcome.trials += found.trials
+        outcome.rounds.append(RoundSummary(index=index, action=action, reasons=reasons, pool=len(pool),
+                                           evaluated=len(found.trials), best_us=found.best_us))
+        if found.best_us is not None and (outcome.best_us is None or found.best_us < outcome.best_us):
+            outcome.best_us, outcome.best_config = found.best_us, found.best_config
     outcome.seconds = time.perf_counter() - started
     return outcome

@@ -55,24 +55,20 @@ class HillClimb:
 
     def __init__(self, candidates: Sequence[dict[str, int]], seed: int = 0):
         self._rng = random.Random(seed)
-        self._untried = {self._key(c): c for c in candidates}
+        self._untried = {_key(c): c for c in candidates}
         self._scores: dict[tuple, float] = {}
         self._frontier: list[dict[str, int]] = []
 
-    @staticmethod
-    def _key(config: dict[str, int]) -> tuple:
-        return tuple(sorted(config.items()))
-
     def _neighbours(self, config: dict[str, int]) -> list[dict[str, int]]:
-        mine = self._key(config)
+        mine = _key(config)
         return [c for k, c in self._untried.items()
                 if sum(a != b for a, b in zip(k, mine)) == 1]
 
     def ask(self) -> dict[str, int] | None:
         while self._frontier:
             config = self._frontier.pop(0)
-            if self._key(config) in self._untried:
-                return self._untried.pop(self._key(config))
+            if _key(config) in self._untried:
+                return self._untried.pop(_key(config))
         if not self._untried:
             return None
         if self._scores:
@@ -86,10 +82,72 @@ class HillClimb:
 
     def tell(self, config: dict[str, int], score: float | None) -> None:
         if score is not None:
-            self._scores[self._key(config)] = score
+            self._scores[_key(config)] = score
 
 
-STRATEGIES = {s.name: s for s in (Exhaustive, RandomSearch, HillClimb)}
+class ModelBased:
+    """Optuna's Tree-structured Parzen Estimator through its ask-and-tell interface.
+
+    Each parameter is offered to the sampler as the index into its sorted values, so the model
+    sees that 128 threads lie between 64 and 256. The pruned space has holes the sampler cannot
+    know of (constraints, hardware limits), so a proposal outside it is recorded as failed and
+    the nearest untried candidate (fewest index steps) is evaluated and told to the model under
+    its own parameters: every proposal is evaluable and none repeats. Failures are told as
+    failed trials, which TPE leaves out of its model.
+    """
+
+    name = "tpe"
+
+    def __init__(self, candidates: Sequence[dict[str, int]], seed: int = 0, startup: int = 10):
+        import optuna  # imported here: a second of import time that only this strategy needs
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._optuna = optuna
+        self._rng = random.Random(seed)
+        self._untried = {_key(c): c for c in candidates}
+        names = sorted({name for c in candidates for name in c})
+        self._values = {n: sorted({c[n] for c in candidates}) for n in names}
+        self._distributions = {n: optuna.distributions.IntDistribution(0, len(v) - 1)
+                               for n, v in self._values.items() if len(v) > 1}
+        self._study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=startup, multivariate=True))
+        self._asked: dict[tuple, object] = {}
+
+    def _index(self, config: dict[str, int]) -> dict[str, int]:
+        return {n: self._values[n].index(config[n]) for n in self._distributions}
+
+    def _nearest(self, wanted: dict[str, int]) -> dict[str, int]:
+        def steps(config):
+            return sum(abs(i - wanted[n]) for n, i in self._index(config).items())
+        best = min(map(steps, self._untried.values()))
+        return self._rng.choice([c for c in self._untried.values() if steps(c) == best])
+
+    def ask(self) -> dict[str, int] | None:
+        if not self._untried:
+            return None
+        trial = self._study.ask(self._distributions)
+        config = self._nearest(trial.params)
+        if self._index(config) != trial.params:
+            self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+            trial = None
+        self._asked[_key(config)] = trial
+        return self._untried.pop(_key(config))
+
+    def tell(self, config: dict[str, int], score: float | None) -> None:
+        trial = self._asked.pop(_key(config), None)
+        state = self._optuna.trial.TrialState
+        if trial is not None:
+            self._study.tell(trial, score, state=state.COMPLETE if score is not None else state.FAIL)
+        elif score is not None:
+            self._study.add_trial(self._optuna.trial.create_trial(
+                params=self._index(config), distributions=self._distributions, value=score))
+
+
+def _key(config: dict[str, int]) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+STRATEGIES = {s.name: s for s in (Exhaustive, RandomSearch, HillClimb, ModelBased)}
 
 
 def make_strategy(name: str, candidates: Sequence[dict[str, int]], seed: int = 0) -> Strategy:
