@@ -102,15 +102,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
                         device=worker.device["name"], arch=arch,
                         date=datetime.now(UTC).isoformat(timespec="seconds"))
 
-    def labels(which: str, shape: dict[str, int]):
-        return lambda config: dict(kernel=spec.name, which=which, config=config, shape=shape,
-                                   dtype=dtype, variant=variant)
-
-    def request(which: str, shape: dict[str, int], config: dict[str, int] | None = None):
-        req = suite.request(folder, which, shape, dtype, variant, config, sms=limits.multiprocessors, arch=arch)
-        if not isinstance(req, Exclusion):
-            req.stream_timing = False  # the search ranks by graph replay; a Python loop adds ~13 us a launch
-        return req
+    requests = _Requests(folder, dtype, variant, limits)
+    request, labels = requests.request, requests.labels
 
     for shape in shapes:
         label = spec.label(shape)
@@ -144,22 +137,55 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         entries=[DispatchEntry(shape=s.shape, config=s.search.best_config, median_us=s.search.best_us)
                  for s in report.shapes if s.search.best_config],
     )
-    for shape in verify or []:
-        if progress:
-            progress(f"verifying {spec.label(shape)}", None)
-        report.verified.append(_verify(report.dispatch, shape, spec, request, evaluator, labels, limits))
+    verify_dispatch(report, folder, worker, evaluator, verify or [], progress)
     return report
 
 
-def _verify(dispatch, shape, spec, request, evaluator, labels, limits) -> VerifiedShape:
+class _Requests:
+    """Evaluation requests and results-store labels for one kernel, dtype and variant on one GPU."""
+
+    def __init__(self, folder: suite.KernelFolder, dtype: str, variant: str, limits):
+        self.folder, self.dtype, self.variant, self.limits = folder, dtype, variant, limits
+
+    def labels(self, which: str, shape: dict[str, int]):
+        return lambda config: dict(kernel=self.folder.spec.name, which=which, config=config, shape=shape,
+                                   dtype=self.dtype, variant=self.variant)
+
+    def request(self, which: str, shape: dict[str, int], config: dict[str, int] | None = None):
+        req = suite.request(self.folder, which, shape, self.dtype, self.variant, config,
+                            sms=self.limits.multiprocessors, arch=self.limits.arch)
+        if not isinstance(req, Exclusion):
+            req.stream_timing = False  # the search ranks by graph replay; a Python loop adds ~13 us a launch
+        return req
+
+
+def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,
+                    shapes: list[dict[str, int]],
+                    progress: Callable[[str, Trial | None], None] | None = None) -> list[VerifiedShape]:
+    """Run the dispatch table's pick at each shape through the correctness checks and time it
+    beside the baseline; the results replace those of the same shapes in `report.verified`."""
+    limits = limits_for(worker.device["arch"], worker.device.get("multiprocessors"),
+                        worker.device.get("max_shared_per_block_optin"))
+    requests = _Requests(folder, report.dtype, report.variant, limits)
+    found = []
+    for shape in shapes:
+        if progress:
+            progress(f"verifying {folder.spec.label(shape)}", None)
+        found.append(_verify(report.dispatch, shape, folder.spec, requests, evaluator))
+    labels = {v.label for v in found}
+    report.verified = [v for v in report.verified if v.label not in labels] + found
+    return found
+
+
+def _verify(dispatch: DispatchTable, shape, spec, requests: _Requests, evaluator) -> VerifiedShape:
     """What the generated launcher would run at `shape`: correct, and how fast beside the baseline."""
     label = spec.label(shape)
     try:
-        config, picked_by = dispatch.pick(shape, limits.multiprocessors)
+        config, picked_by = dispatch.pick(shape, requests.limits.multiprocessors)
     except suite.AstraError as exc:
         return VerifiedShape(shape=shape, label=label, config={}, picked_by="", status="excluded", message=str(exc))
-    result, _ = evaluator(request("template", shape, config), **labels("template", shape)(config))
-    baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
+    result, _ = evaluator(requests.request("template", shape, config), **requests.labels("template", shape)(config))
+    baseline, _ = evaluator(requests.request("baseline", shape), **requests.labels("baseline", shape)({}))
     return VerifiedShape(
         shape=shape, label=label, config=config, picked_by=picked_by, status=result.status,
         median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
@@ -168,7 +194,7 @@ def _verify(dispatch, shape, spec, request, evaluator, labels, limits) -> Verifi
     )
 
 
-DEFAULT_SEARCH_SECONDS = 120.0  # search time per kernel when no budget is given, shared by its shapes
+DEFAULT_SEARCH_SECONDS = 100.0  # search time per kernel when no budget is given, shared by its shapes
 AUTO_EXHAUSTIVE = 64  # "auto" measures every candidate of a space at most this large
 
 
