@@ -232,7 +232,8 @@ def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> 
     """The kernel source and shared header, parameters, dispatch table, report and charts."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "kernel.cu", out / "common.cuh", out / "best.json", out / "dispatch.json",
-               out / "report.json", out / "report.md", out / "speedup.svg", out / "convergence.svg"]
+               out / "report.json", out / "report.md", out / "speedup.svg", out / "convergence.svg",
+               out / "launcher.py"]
     shutil.copyfile(folder.path / "template.cu", written[0])
     shutil.copyfile(suite.SUITE_DIR / suite.COMMON_HEADER, written[1])
     best = {s.label: {"config": s.search.best_config, "median_us": s.search.best_us,
@@ -249,7 +250,31 @@ def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> 
         {s.label: convergence(s.search) for s in report.shapes if s.search.best_us},
         title=f"{report.kernel}: best time so far over the shape's final best",
         ylabel="best so far / final best", xlabel="evaluations"))
+    written[8].write_text(LAUNCHER.format(kernel=report.kernel, device=report.device, date=report.date))
     return written
+
+
+LAUNCHER = '''"""{kernel}, tuned by `astra tune` on {device} ({date}).
+
+The dispatch table beside this file picks the configuration for each call's shape at run time:
+
+    from launcher import load
+    kernel = load()                      # a TunedKernel on GPU 0 (astra_kernels.kernels_sglang.launcher)
+    plan = kernel(*args, **shape)        # arguments in the kernel's signature order; shape e.g. T=16, D=4096
+    print(plan.config, plan.picked_by)
+"""
+
+from pathlib import Path
+
+from astra_kernels.kernels_sglang.dispatch import DispatchTable
+from astra_kernels.kernels_sglang.launcher import TunedKernel
+
+TABLE = DispatchTable.model_validate_json((Path(__file__).parent / "dispatch.json").read_text())
+
+
+def load(device=None) -> TunedKernel:
+    return TunedKernel(TABLE, device)
+'''
 
 
 def convergence(outcome: SearchOutcome) -> list[tuple[float, float]]:

@@ -3,6 +3,7 @@ configuration, the dispatch table, the output folder, and a re-run that measures
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from xml.etree import ElementTree
 
@@ -11,6 +12,7 @@ import pytest
 from astra_kernels import cli
 from astra_kernels.kernels_sglang import suite, tuning
 from astra_kernels.tools.device import gpu_available
+from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.evaluation import EvaluationResult
 from astra_kernels.tools.results import ResultsStore
 from astra_kernels.tools.runner import Budget, StoredEvaluator
@@ -108,8 +110,33 @@ def test_a_failing_pick_is_reported_and_fails_the_command(tmp_path):
     assert "1 of 1" not in tuning.render_markdown(report) and "0 of 1 shapes correct" in tuning.render_markdown(report)
 
 
+def test_generated_launcher_carries_the_dispatch_table(tmp_path):
+    worker = ScriptedWorker()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, strategy="exhaustive")
+    tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    spec = importlib.util.spec_from_file_location("launcher", tmp_path / "out" / "launcher.py")
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    assert launcher.TABLE == report.dispatch
+    if not gpu_available():
+        with pytest.raises(NoGpuError):
+            launcher.load()
+
+
 @pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
 def test_tune_without_gpu_says_what_can_run(capsys):
     assert cli.main(["tune", "silu_and_mul"]) == 2
     out = capsys.readouterr().out
     assert "no GPU here" in out and "astra space" in out
+
+
+@pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
+def test_verify_needs_a_tuned_folder_and_a_gpu(tmp_path, capsys):
+    assert cli.main(["verify", str(tmp_path)]) == 2
+    assert "verify takes the --out folder" in capsys.readouterr().out
+    worker = ScriptedWorker()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        tuning.write_outputs(FOLDER, run(store, worker, strategy="exhaustive"), tmp_path / "out")
+    assert cli.main(["verify", str(tmp_path / "out")]) == 2
+    assert "no GPU here" in capsys.readouterr().out
