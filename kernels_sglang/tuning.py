@@ -249,7 +249,7 @@ def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> 
     written[7].write_text(plots.line_chart(
         {s.label: convergence(s.search) for s in report.shapes if s.search.best_us},
         title=f"{report.kernel}: best time so far over the shape's final best",
-        ylabel="best so far / final best", xlabel="evaluations"))
+        ylabel=f"best so far / final best (clipped at {CLIP:g})", xlabel="evaluations"))
     written[8].write_text(LAUNCHER.format(kernel=report.kernel, device=report.device, date=report.date))
     return written
 
@@ -277,14 +277,17 @@ def load(device=None) -> TunedKernel:
 '''
 
 
+CLIP = 2.0  # the convergence chart's ceiling: a first guess 10x off would flatten every other line
+
+
 def convergence(outcome: SearchOutcome) -> list[tuple[float, float]]:
-    """(evaluations so far, best time so far over the final best) after each correct trial."""
+    """(evaluations so far, best time so far over the final best, at most CLIP) after each trial."""
     points, best = [], None
     for i, trial in enumerate(outcome.trials, start=1):
         if trial.median_us is not None and (best is None or trial.median_us < best):
             best = trial.median_us
         if best is not None and outcome.best_us:
-            points.append((float(i), best / outcome.best_us))
+            points.append((float(i), min(CLIP, best / outcome.best_us)))
     return points
 
 

@@ -7,6 +7,7 @@ library. Values are drawn as given; the caller decides what they mean and says s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from html import escape
 
@@ -17,14 +18,22 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2 or 5 times a power of ten apart) covering [low, high]."""
     if high <= low:
         high = low + 1.0
-    step = (high - low) / count
-    return [low + i * step for i in range(count + 1)]
+    raw = (high - low) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.floor(low / step + 1e-9) * step
+    ticks = [first]
+    while ticks[-1] < high - 1e-9 * step:
+        ticks.append(ticks[-1] + step)
+    return ticks
 
 
-def _frame(title: str, ylabel: str, xlabel: str, low: float, high: float) -> list[str]:
+def _frame(title: str, ylabel: str, xlabel: str, ticks: list[float]) -> list[str]:
     plot_h = HEIGHT - TOP - BOTTOM
+    low, high = ticks[0], ticks[-1]
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
@@ -34,10 +43,10 @@ def _frame(title: str, ylabel: str, xlabel: str, low: float, high: float) -> lis
         f'text-anchor="middle">{escape(ylabel)}</text>',
         f'<text x="{LEFT + (WIDTH - LEFT - RIGHT) / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(xlabel)}</text>',
     ]
-    for tick in _ticks(low, high):
+    for tick in ticks:
         y = TOP + plot_h * (1 - (tick - low) / (high - low))
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:.3g}</text>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:.4g}</text>')
     return parts
 
 
@@ -45,9 +54,10 @@ def bar_chart(labels: Sequence[str], values: Sequence[float | None], *, title: s
               xlabel: str = "", reference: float | None = None) -> str:
     """One bar per label (None draws no bar); `reference` draws a dashed line, e.g. 1.0x."""
     shown = [v for v in values if v is not None] + ([reference] if reference is not None else [])
-    high = max(shown, default=1.0) * 1.1
+    ticks = _ticks(0.0, max(shown, default=1.0) * 1.1)
+    high = ticks[-1]
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    parts = _frame(title, ylabel, xlabel, 0.0, high)
+    parts = _frame(title, ylabel, xlabel, ticks)
     slot = plot_w / max(1, len(labels))
     for i, (label, value) in enumerate(zip(labels, values)):
         x = LEFT + i * slot
@@ -71,18 +81,20 @@ def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: st
     """One polyline per named series of (x, y) points, with a legend."""
     points = [p for line in series.values() for p in line]
     xs, ys = [p[0] for p in points] or [0.0, 1.0], [p[1] for p in points] or [0.0, 1.0]
-    x_low, x_high = min(xs), max(max(xs), min(xs) + 1)
-    y_low, y_high = min(0.0, min(ys)), max(ys) * 1.1 or 1.0
+    x_ticks = _ticks(min(xs), max(max(xs), min(xs) + 1))
+    x_low, x_high = x_ticks[0], x_ticks[-1]
+    y_ticks = _ticks(min(ys), max(ys) + 0.05 * (max(ys) - min(ys) or 1.0))
+    y_low, y_high = y_ticks[0], y_ticks[-1]
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    parts = _frame(title, ylabel, xlabel, y_low, y_high)
+    parts = _frame(title, ylabel, xlabel, y_ticks)
 
     def at(x: float, y: float) -> str:
         return (f"{LEFT + plot_w * (x - x_low) / (x_high - x_low):.1f},"
                 f"{TOP + plot_h * (1 - (y - y_low) / (y_high - y_low)):.1f}")
 
-    for tick in _ticks(x_low, x_high):
+    for tick in x_ticks:
         parts.append(f'<text x="{at(tick, y_low).split(",")[0]}" y="{TOP + plot_h + 14}" '
-                     f'text-anchor="middle">{tick:.3g}</text>')
+                     f'text-anchor="middle">{tick:.4g}</text>')
     for i, (name, line) in enumerate(series.items()):
         colour = COLOURS[i % len(COLOURS)]
         if line:
