@@ -302,7 +302,7 @@ def render_markdown(report: TuneReport) -> str:
         f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
         "CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks.",
         "",
-        "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated | baseline us | best us | speedup |",
+        "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated (stopped by) | baseline us | best us | speedup |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report.shapes:
