@@ -253,7 +253,8 @@ def cmd_tune(args) -> int:
 
             report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
                                  strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
-                                 sample=args.sample, verify=verify, progress=progress)
+                                 sample=args.sample, verify=verify, max_spill_bytes=args.max_spill_bytes,
+                                 progress=progress)
     written = tuning.write_outputs(folder, report, out)
     if args.json:
         print(report.model_dump_json(indent=2))
@@ -370,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="search seconds per shape (default: without --budget, "
                            f"{DEFAULT_SEARCH_SECONDS:.0f} s shared by the shapes)")
     tune.add_argument("--rounds", type=int, default=3, help="planned search rounds per shape (default 3)")
+    tune.add_argument("--max-spill-bytes", type=int, default=0,
+                      help="prune configurations that spill more than this to local memory (default 0)")
     tune.add_argument("--verify", choices=["tuned", "sets"], default="tuned",
                       help="run the dispatch table's pick through the correctness checks at every shape "
                            "of every set (sets), or only at the tuned shapes (tuned, the default)")
