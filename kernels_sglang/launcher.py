@@ -2,9 +2,9 @@
 
 `astra tune` writes a dispatch table; this is what runs it. Each call names its shape, the table
 picks the configuration (tuned, nearest tuned shape, general, or default: see dispatch.py), the
-template is compiled for it once (then served from the compile cache and kept loaded), and the
-kernel is launched with the grid, block and shared memory the template computes for that
-configuration and shape. The output folder's generated launcher.py is a thin wrapper of this.
+template is compiled once per configuration and set of shape-derived defines (then served from
+the compile cache and kept loaded), and the kernel is launched with the grid, block and shared
+memory the template computes for that configuration and shape. The output folder's generated launcher.py is a thin wrapper of this.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ class TunedKernel:
         self.table = table
         self.device = device or Device(0)
         self.folder = suite.load(table.kernel)
-        self._loaded: dict[tuple, Kernel] = {}
-        self._shared_allowed: dict[tuple, int] = {}
+        self._loaded: dict[str, Kernel] = {}
+        self._shared_allowed: dict[str, int] = {}
 
     def plan(self, **shape: int) -> LaunchPlan:
         sms = self.device.properties.multiprocessors
@@ -50,11 +50,13 @@ class TunedKernel:
         return LaunchPlan(config, picked_by, instance.grid, instance.block, instance.shared_bytes)
 
     def _kernel(self, plan: LaunchPlan, shape: dict[str, int]) -> Kernel:
-        key = tuple(sorted(plan.config.items()))
+        """The compiled kernel for this configuration at this shape: derived values (vectors per
+        row, say) are compile-time defines, so the binary is keyed by its options, not the config."""
+        request = suite.request(self.folder, "template", shape, self.table.dtype, self.table.variant,
+                                plan.config, sms=self.device.properties.multiprocessors,
+                                arch=self.device.properties.arch)
+        key = request.options.model_dump_json()
         if key not in self._loaded:
-            request = suite.request(self.folder, "template", shape, self.table.dtype, self.table.variant,
-                                    plan.config, sms=self.device.properties.multiprocessors,
-                                    arch=self.device.properties.arch)
             module = compile_source(request.source, request.options)
             self._loaded[key] = self.device.load(module, request.kernel)
             self._shared_allowed[key] = 48 * 1024
