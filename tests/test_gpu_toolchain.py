@@ -118,3 +118,28 @@ def test_in_process_buffers_round_trip_bf16_and_fp8():
     assert module.arch == device.properties.arch
     kernel = device.load(module, "copy_vec4")
     assert device.occupancy(kernel, 512) >= 1
+
+
+def test_poison_fill_and_upload_land_before_the_kernel_on_the_device_stream():
+    """Fills and uploads go through the legacy stream and kernels through a non-blocking one;
+    before DeviceBuffer waited for them, a fill could land after the kernel wrote (a correct
+    candidate then read as all NaN: seen once in 1377 tuner evaluations on an H200)."""
+    from astra_kernels.tools.correctness import POISON_BYTE
+    from astra_kernels.tools.device import Device, DeviceBuffer
+
+    device = Device(0)
+    kernel = device.load(compile_source(probes.COPY_SOURCE, CompileOptions()), "copy_vec4")
+    nbytes = 1 << 20
+    src, dst = DeviceBuffer(nbytes), DeviceBuffer(nbytes)
+    rng = np.random.default_rng(3)
+    try:
+        for _ in range(200):
+            host = rng.integers(0, 255, nbytes, dtype=np.uint8)
+            src.upload(host)
+            dst.fill_bytes(POISON_BYTE)
+            device.launch(kernel, (64,), (256,), [src, dst, nbytes // 16])
+            device.synchronize()
+            assert np.array_equal(dst.download(np.uint8, (nbytes,)), host)
+    finally:
+        src.close()
+        dst.close()

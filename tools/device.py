@@ -94,17 +94,24 @@ class DeviceProperties:
 
 
 class DeviceBuffer:
-    """Device memory of a fixed size; frees itself when closed or collected."""
+    """Device memory of a fixed size; frees itself when closed or collected.
+
+    Uploads and fills run on the legacy default stream, and return before the copy engine is
+    done (a memset always, a pageable upload once the data is staged), while kernels run on
+    the Device's non-blocking stream, which does not wait for the legacy one. So each waits for
+    the context to settle: otherwise a poison fill can land after the kernel wrote its output.
+    """
 
     def __init__(self, nbytes: int):
         self.nbytes = max(int(nbytes), 1)
         self.ptr = int(check(_driver().cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
 
-    def upload(self, array: np.ndarray, stream=None) -> None:
+    def upload(self, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array)
         if data.nbytes > self.nbytes:
             raise LaunchArgumentError(f"{data.nbytes} bytes do not fit a {self.nbytes}-byte buffer")
         check(_driver().cuMemcpyHtoD(self.ptr, data.ctypes.data, data.nbytes), "upload")
+        check(_driver().cuCtxSynchronize(), "upload")
 
     def download(self, dtype, shape) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
@@ -113,9 +120,7 @@ class DeviceBuffer:
 
     def fill_bytes(self, byte: int) -> None:
         check(_driver().cuMemsetD8(self.ptr, byte, self.nbytes), "memset")
-
-    def copy_from(self, other: "DeviceBuffer", nbytes: int | None = None) -> None:
-        check(_driver().cuMemcpyDtoD(self.ptr, other.ptr, nbytes or self.nbytes), "copy")
+        check(_driver().cuCtxSynchronize(), "memset")
 
     def close(self) -> None:
         if self.ptr:
