@@ -1,6 +1,7 @@
 """How fast the tuner is, and how fast each search strategy gets to the best configuration.
 
-    python bench/tuner.py [--stores out/*/results.sqlite] [--compile N] [--evaluate N] [--json out.json]
+    python bench/tuner.py [--stores STORE ...] [--compile N] [--evaluate N] [--json out.json]
+    python bench/tuner.py --stores bench/data/h200-2026-11-22/*.sqlite.gz --compile 0 --evaluate 0
 
 1. Compiling: template configurations compiled per second by NVRTC, on one core and on all
    (a cold compile cache, so every configuration really compiles).
@@ -8,7 +9,8 @@
    correctness protocol and graph-replay timing included.
 3. Strategies: replayed over every (kernel, shape) that a results store holds measurements of,
    the space being every configuration measured there and "the best" the fastest of them (run
-   `astra tune KERNEL --strategy exhaustive` first to store a whole space). For each strategy,
+   `astra tune KERNEL --strategy exhaustive` first to store a whole space; bench/data/ holds such
+   recordings from an H200). For each strategy,
    alone and in planned rounds (tools/planner.py), the evaluations and the recorded evaluation
    seconds it takes to come within 2% of that best: medians over seeds. The replay answers from
    the stored measurements, so it runs anywhere and costs no GPU time.
@@ -17,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import statistics
@@ -93,9 +96,15 @@ def evaluation_rate(kernel: str, shape: dict, count: int) -> dict:
 
 
 def stored_spaces(paths: list[Path]) -> list[dict]:
-    """Every (kernel, shape, dtype, variant, device) with template measurements, one per config."""
+    """Every (kernel, shape, dtype, variant, device) with template measurements, one per config.
+    A `.sqlite.gz` (the recordings under bench/data/) is read from a decompressed copy."""
     groups: dict[tuple, dict] = {}
+    scratch = tempfile.TemporaryDirectory()
     for path in paths:
+        if path.suffix == ".gz":
+            plain = Path(scratch.name) / path.stem
+            plain.write_bytes(gzip.decompress(path.read_bytes()))
+            path = plain
         with ResultsStore(path) as store:
             for row in store.rows(which="template"):
                 key = (row["kernel"], json.dumps(row["shape"], sort_keys=True), row["dtype"], row["variant"],
@@ -104,6 +113,7 @@ def stored_spaces(paths: list[Path]) -> list[dict]:
                                                 "dtype": row["dtype"], "variant": row["variant"],
                                                 "device": row["device"], "arch": row["arch"], "results": {}})
                 group["results"].setdefault(_key(row["config"]), (row["config"], row["result"]))
+    scratch.cleanup()
     return list(groups.values())
 
 

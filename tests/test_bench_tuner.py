@@ -3,6 +3,7 @@ each takes to come within 2% of the best measured."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -32,7 +33,9 @@ def test_strategies_replayed_from_a_stored_exhaustive_run(tmp_path):
                              dtype="bf16", strategy="exhaustive", sample=60, seed=4)
     measured = worker.calls
     out = tmp_path / "bench.json"
-    assert load_bench().main(["--stores", str(store_path), "--compile", "0", "--evaluate", "0",
+    packed = tmp_path / "r.sqlite.gz"  # the form of the recordings under bench/data/
+    packed.write_bytes(gzip.compress(store_path.read_bytes()))
+    assert load_bench().main(["--stores", str(packed), "--compile", "0", "--evaluate", "0",
                               "--seeds", "3", "--round-budget", "60", "--json", str(out)]) == 0
     assert worker.calls == measured  # the replay measured nothing
     rows = json.loads(out.read_text())["strategies"]
