@@ -1,0 +1,36 @@
+"""Run configuration, LangGraph's context schema: what to run with, never what was found.
+
+Every field has a default and plain values, so LangGraph Studio can offer it as a form and the
+CLI as flags. Two fields take objects for programmatic use: `chat_model` (any LangChain chat
+model, e.g. a scripted one in tests) and `evaluator` (anything with `device` and
+`evaluate(request)`, e.g. an EvaluationWorker the caller owns). Left empty they are built from
+`model` / `base_url` and from `gpu`. The context is not checkpointed, so an API key passed in
+a model object never reaches a checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class RunContext:
+    model: str | None = None  # "provider:name", e.g. "openai:o4-mini"; None runs the rule-based planner
+    base_url: str | None = None  # an OpenAI-compatible server: vLLM, Ollama, SGLang
+    temperature: float | None = None
+    reasoning_effort: str | None = None  # "low" | "medium" | "high" for reasoning models
+    timeout_s: float = 180.0  # per model request
+    max_retries: int = 4  # per model request, on 429, 5xx and timeouts, with backoff
+    rounds: int = 4  # planner decisions before the reporter
+    retries: int = 2  # fixes asked of the model per candidate after a compile error or failed test
+    wall_seconds: float = 3600.0  # the whole run
+    strategy: str = "auto"  # the tuner's search strategy
+    tune_seconds: float = 100.0  # search time of one tune action, shared by the shapes
+    tune_sample: int | None = None  # search a seeded sample of this many configurations (None: all)
+    gpu: int = 0
+    approve: bool = False  # pause before accepting a faster candidate, for a person's yes or no
+    results: str = "out/agent/results.sqlite"  # the results store every evaluation goes through
+    out: str | None = None  # where the reporter writes report.md / report.json (None: state only)
+    chat_model: Any = None
+    evaluator: Any = None

@@ -1,0 +1,42 @@
+"""load: the kernel, its shapes, a reachable chat model, and the measured baseline.
+
+The chat model is checked first, so a wrong URL or key is an error before any GPU work. The
+baseline is tested and timed at every shape; it starts as the best so far.
+"""
+
+from __future__ import annotations
+
+import time
+
+from langgraph.runtime import Runtime
+
+from astra_kernels.graph.context import RunContext
+from astra_kernels.graph.state import AgentState, Candidate
+from astra_kernels.kernels_sglang import suite
+
+from .chat import make_chat_model, preflight
+from .measure import evaluate
+from .progress import say
+
+
+def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
+    context = runtime.context
+    folder = suite.load(state["kernel"])
+    spec = folder.spec
+    dtype = state.get("dtype") or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
+    shapes = state.get("shapes") or spec.shapes.get("astra") or spec.shapes["serving"]
+    model = make_chat_model(context)
+    if model is not None:
+        preflight(model, context)
+    baseline = evaluate(context, spec.name, dtype, shapes, Candidate(id=0, origin="baseline",
+                                                                   source=folder.baseline.source))
+    update = {"dtype": dtype, "shapes": shapes, "template": folder.template.source, "round": 0, "retries": 0,
+              "tuned": [], "started_at": time.time(), "candidate": None, "decision": None}
+    if baseline.verdict != "passed":
+        return {**update, "baseline": baseline.model_dump(), "best": None,
+                "stop_reason": f"the baseline failed {baseline.message}",
+                "events": [say("load", f"the baseline failed: {baseline.message[:200]}")]}
+    baseline = baseline.model_copy(update={"verdict": "accepted"})
+    times = ", ".join(f"{label} {us:.2f} us" for label, us in baseline.times().items())
+    return {**update, "baseline": baseline.model_dump(), "best": baseline.model_dump(),
+            "events": [say("load", f"{spec.name} {dtype} baseline: {times}", times=baseline.times())]}

@@ -1,0 +1,104 @@
+"""Evaluating a candidate at every shape: the tester's and the profiler's common ground.
+
+A candidate is a kernel in the template format (tools/template.py), so the baseline, a direct
+rewrite (a template without parameters) and a tuned template all become evaluation requests the
+same way, and every evaluation goes through the results store: a resumed run measures nothing
+twice. The evaluator is the context's, or one EvaluationWorker per GPU for the whole process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.device import gpu_available
+from astra_kernels.tools.errors import NoGpuError
+from astra_kernels.tools.results import ResultsStore
+from astra_kernels.tools.runner import StoredEvaluator
+from astra_kernels.tools.template import Exclusion, Template, TemplateError, parse_template
+
+from astra_kernels.graph.state import Candidate, ShapeMeasurement
+
+_WORKERS: dict[int, object] = {}
+_STORES: dict[str, ResultsStore] = {}
+
+
+def evaluator(context):
+    """The context's evaluator, else this process's worker on the context's GPU."""
+    if context.evaluator is not None:
+        return context.evaluator
+    if context.gpu not in _WORKERS:
+        if not gpu_available():
+            raise NoGpuError("the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
+                             "(pass an evaluator in the context to run it against recorded results)")
+        from astra_kernels.tools import EvaluationWorker
+
+        worker = EvaluationWorker(device_index=context.gpu)
+        worker.start()
+        atexit.register(worker.close)
+        _WORKERS[context.gpu] = worker
+    return _WORKERS[context.gpu]
+
+
+def stored_evaluator(context) -> StoredEvaluator:
+    worker = evaluator(context)
+    if context.results not in _STORES:
+        _STORES[context.results] = store = ResultsStore(context.results)
+        atexit.register(store.close)
+    return StoredEvaluator(worker, _STORES[context.results], run_id="agent")
+
+
+def parse_candidate(kernel: str, source: str) -> Template:
+    """The candidate's source as a template of this kernel; TemplateError names the line."""
+    return parse_template(source, "candidate.cu", suite.template_symbols(suite.load(kernel).spec))
+
+
+def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate, *,
+             check: bool = True, time: bool = True) -> Candidate:
+    """The candidate measured at every shape (its `configs`, else its template's default)."""
+    folder = suite.load(kernel)
+    run = stored_evaluator(context)
+    sms = run.worker.device.get("multiprocessors", suite.DEFAULT_SMS)
+    arch = run.worker.device.get("arch")
+    if candidate.origin == "baseline":
+        which, template = "baseline", folder.baseline
+    else:
+        which = "template"
+        try:
+            template = parse_candidate(kernel, candidate.source)
+        except TemplateError as exc:
+            return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
+        folder = dataclasses.replace(folder, template=template)
+    measurements, first = [], None
+    for shape in shapes:
+        label = folder.spec.label(shape)
+        config = candidate.configs.get(label) or template.default
+        req = suite.request(folder, which, shape, dtype, "default", config if which == "template" else None,
+                            sms=sms, arch=arch)
+        if isinstance(req, Exclusion):
+            measurements.append(ShapeMeasurement(label=label, status="excluded", config=config,
+                                                 message=f"the template excludes {config} here: {req.reason}"))
+            continue
+        req.check, req.time, req.stream_timing = check, time, False
+        result, _ = run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
+                        variant="default")
+        first = first or result
+        failed = "; ".join(c.detail for c in result.checks if not c.passed)
+        measurements.append(ShapeMeasurement(
+            label=label, status=result.status, config=config,
+            median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
+            fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
+            message=(failed or result.message)[:1500],
+        ))
+    update: dict = {"measurements": measurements}
+    if first is not None and first.kernel_info is not None:
+        update.update(registers=first.kernel_info.resources.registers, spills=first.kernel_info.resources.spills,
+                      occupancy_blocks_per_sm=first.occupancy_blocks_per_sm)
+    bad = next((m for m in measurements if m.status != "ok"), None)
+    if bad is None:
+        update["verdict"] = "passed"
+    else:
+        update["verdict"] = "compile_error" if bad.status == "compile_error" else "incorrect"
+        update["message"] = f"at shape {bad.label} ({bad.config}): {bad.status}: {bad.message}"
+    return candidate.model_copy(update=update)

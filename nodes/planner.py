@@ -1,0 +1,55 @@
+"""planner: the next action from the measured facts, by the chat model or by rules.
+
+With a model, the decision is structured output (graph/state.py Decision) from the facts and
+the history. Without one, or when the model's answer stays unusable, the rules decide from the
+same facts: search the current template if it has not been searched, else stop. Spent budgets
+(planner rounds, wall time) stop the run whatever the model would say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from langgraph.runtime import Runtime
+
+from astra_kernels.graph.context import RunContext
+from astra_kernels.graph.state import AgentState, Decision
+
+from .chat import MalformedAnswer, ask_structured, make_chat_model, prompt
+from .facts import describe, tried
+from .progress import say
+
+
+def template_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def rule_based(state: AgentState) -> Decision:
+    if template_key(state["template"]) not in state.get("tuned", []):
+        return Decision(action="tune", rationale="the current template's space has not been searched yet")
+    return Decision(action="stop", rationale="the template's space has been searched and no chat model is "
+                                             "configured to rewrite or re-template the kernel")
+
+
+def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
+    context = runtime.context
+    done = state.get("round", 0)
+    if done >= context.rounds:
+        decision = Decision(action="stop", rationale=f"the budget of {context.rounds} planner rounds is spent")
+    elif time.time() - state["started_at"] > context.wall_seconds:
+        decision = Decision(action="stop", rationale=f"the wall-time budget of {context.wall_seconds:.0f} s is spent")
+    elif (model := make_chat_model(context)) is None:
+        decision = rule_based(state)
+    else:
+        user = prompt("planner", kernel=state["kernel"], dtype=state["dtype"],
+                      shapes=", ".join(f"{s}" for s in state["shapes"]), facts=describe(state),
+                      tried=tried(state), round=str(done + 1), rounds=str(context.rounds))
+        try:
+            decision = ask_structured(model, prompt("planner_system"), user, Decision)
+        except MalformedAnswer as exc:
+            decision = rule_based(state)
+            decision.rationale = f"the model's plan was unusable ({exc}); by the rules: {decision.rationale}"
+    line = say("planner", f"round {done + 1}: {decision.action}: {decision.rationale}", action=decision.action)
+    return {"decision": decision.model_dump(), "round": done + 1, "retries": 0, "candidate": None,
+            "events": [line]}

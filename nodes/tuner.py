@@ -1,0 +1,58 @@
+"""tuner: search the current template's parameters at every shape (tools/ and `astra tune`).
+
+The template is the suite's, or the one the templater wrote. Every configuration the search
+keeps passed the correctness checks at its shape, so the result goes straight to the profiler
+as a candidate whose configuration differs per shape (its dispatch table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from langgraph.runtime import Runtime
+
+from astra_kernels.graph.context import RunContext
+from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement
+from astra_kernels.kernels_sglang import suite, tuning
+from astra_kernels.tools.runner import Budget
+
+from .generator import failed, next_id
+from .measure import parse_candidate, stored_evaluator
+from .planner import template_key
+from .progress import say
+
+
+def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
+    context = runtime.context
+    source = state["template"]
+    folder = dataclasses.replace(suite.load(state["kernel"]), template=parse_candidate(state["kernel"], source))
+    run = stored_evaluator(context)
+    shapes = state["shapes"]
+
+    def progress(label, trial):
+        if trial is None:
+            say("tuner", label)
+
+    report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
+                         budget=Budget(seconds=context.tune_seconds / len(shapes)), sample=context.tune_sample,
+                         progress=progress)
+    measurements, configs = [], {}
+    for shaped in report.shapes:
+        best = shaped.search.best_config
+        trial = next((t for t in shaped.search.trials if t.config == best), None)
+        configs[shaped.label] = best or {}
+        measurements.append(ShapeMeasurement(
+            label=shaped.label, status="ok" if best else "incorrect", config=best or {},
+            median_us=shaped.search.best_us, message="" if best else "no configuration was correct here",
+            fraction_of_copy_bandwidth=trial.fraction_of_copy_bandwidth if trial else None))
+    candidate = Candidate(id=next_id(state), origin="tune", source=source, configs=configs, measurements=measurements,
+                          rationale=f"{report.strategy} search, {sum(len(s.search.trials) for s in report.shapes)} "
+                                    "evaluations")
+    tuned = [*state.get("tuned", []), template_key(source)]
+    if any(m.status != "ok" for m in measurements):
+        bad = next(m for m in measurements if m.status != "ok")
+        return {**failed(state, candidate.model_copy(update={"verdict": "incorrect",
+                                                               "message": f"at shape {bad.label}: {bad.message}"}),
+                         "tuner"), "tuned": tuned}
+    line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; geometric mean {candidate.geomean_us():.2f} us")
+    return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line]}
