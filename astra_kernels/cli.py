@@ -301,6 +301,60 @@ def cmd_verify(args) -> int:
     return 1 if failures else 0
 
 
+def cmd_optimize(args) -> int:
+    """The agent: plan, rewrite or template, test, profile, tune, report, with a checkpoint per step."""
+    import sqlite3
+    import uuid
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.types import Command
+
+    from astra_kernels.graph import RunContext, build_graph, recursion_limit
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.nodes.reporter import render
+    from astra_kernels.tools.device import gpu_available
+
+    folder = suite.load(args.kernel)
+    out = Path(args.out or f"out/{folder.name}-agent")
+    context = RunContext(
+        model=args.model, base_url=args.base_url, temperature=args.temperature,
+        reasoning_effort=args.reasoning_effort, timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
+        wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
+        approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
+    if not gpu_available():
+        console.print("[yellow]no GPU here:[/yellow] the agent measures every candidate, so it needs an NVIDIA "
+                      f"GPU. What runs without one: `astra space {folder.name}`, `astra check {folder.name}`, "
+                      "and the agent's tests (`pytest tests/test_agent_graph.py`).")
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    thread = args.resume or args.thread or f"{folder.name}-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit(context)}
+    payload = None if args.resume else {"kernel": folder.name, "shapes": _shapes(folder, args) or [],
+                                        **({"dtype": args.dtype} if args.dtype else {})}
+    checkpoints = sqlite3.connect(args.checkpoints or out / "checkpoints.sqlite", check_same_thread=False)
+    app = build_graph().compile(checkpointer=SqliteSaver(checkpoints))
+    if args.resume and not app.get_state(config).values:
+        console.print(f"[red]error:[/red] no checkpoint for thread {thread!r} in {args.checkpoints or out / 'checkpoints.sqlite'}")
+        return 2
+    console.print(f"thread {thread} (resume with `astra optimize {folder.name} --resume {thread}`)", highlight=False)
+    while True:
+        for mode, chunk in app.stream(payload, config=config, context=context, stream_mode=["custom", "updates"]):
+            if mode == "custom":
+                console.print(f"[bold]{chunk['node']}[/bold] {escape(chunk['message'])}")
+        pending = app.get_state(config).interrupts
+        if not pending:
+            break
+        answer = console.input(f"{pending[0].value['question']} [y/N] ").strip().lower() in ("y", "yes")
+        payload = Command(resume=answer)
+    final = app.get_state(config).values
+    if args.json:
+        print(json.dumps(final.get("report"), indent=2))
+    elif final.get("report"):
+        console.print(render(final["report"]), markup=False, highlight=False)
+        console.print(f"wrote {out / 'report.md'}, {out / 'report.json'}, {out / 'best.cu'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from astra_kernels.kernels_sglang.tuning import DEFAULT_SEARCH_SECONDS
     from astra_kernels.tools.strategies import STRATEGIES
@@ -383,6 +437,31 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--gpu", type=int, default=0)
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(func=cmd_tune)
+
+    optimize = sub.add_parser("optimize", help="the agent: a chat model rewrites and templates, the tuner searches")
+    optimize.add_argument("kernel")
+    optimize.add_argument("--model", help="provider:name, e.g. openai:o4-mini (default: none, the rule-based planner)")
+    optimize.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, SGLang)")
+    optimize.add_argument("--temperature", type=float)
+    optimize.add_argument("--reasoning-effort", choices=["low", "medium", "high"])
+    optimize.add_argument("--timeout", type=float, default=180.0, help="seconds per model request (default 180)")
+    optimize.add_argument("--rounds", type=int, default=4, help="planner decisions (default 4)")
+    optimize.add_argument("--retries", type=int, default=2, help="fixes per candidate (default 2)")
+    optimize.add_argument("--wall-seconds", type=float, default=3600.0)
+    optimize.add_argument("--strategy", default="auto", choices=["auto", *STRATEGIES])
+    optimize.add_argument("--tune-seconds", type=float, default=100.0, help="search time per tune action")
+    optimize.add_argument("--shapes")
+    optimize.add_argument("--set")
+    optimize.add_argument("--dtype")
+    optimize.add_argument("--approve", action="store_true", help="ask before accepting a faster candidate")
+    optimize.add_argument("--thread", help="name this run's checkpoint thread")
+    optimize.add_argument("--resume", metavar="THREAD", help="continue a stopped run from its last checkpoint")
+    optimize.add_argument("--checkpoints", help="checkpoint database (default OUT/checkpoints.sqlite)")
+    optimize.add_argument("--store", help="results store (default OUT/results.sqlite)")
+    optimize.add_argument("--out", help="output folder (default out/KERNEL-agent)")
+    optimize.add_argument("--gpu", type=int, default=0)
+    optimize.add_argument("--json", action="store_true")
+    optimize.set_defaults(func=cmd_optimize)
 
     verify = sub.add_parser("verify", help="run a tuned dispatch table through the correctness checks at every shape")
     verify.add_argument("out", help="the output folder of `astra tune`")
