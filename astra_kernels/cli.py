@@ -338,7 +338,10 @@ def cmd_optimize(args) -> int:
         return 2
     console.print(f"thread {thread} (resume with `astra optimize {folder.name} --resume {thread}`)", highlight=False)
     while True:
-        for mode, chunk in app.stream(payload, config=config, context=context, stream_mode=["custom", "updates"]):
+        # durability="sync": each step's checkpoint is on disk before the next step starts, so a
+        # SIGKILL loses at most the step in flight (the default writes them in the background).
+        for mode, chunk in app.stream(payload, config=config, context=context, stream_mode=["custom", "updates"],
+                                      durability="sync"):
             if mode == "custom":
                 console.print(f"[bold]{chunk['node']}[/bold] {escape(chunk['message'])}")
         pending = app.get_state(config).interrupts

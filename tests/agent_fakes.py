@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
@@ -55,13 +57,16 @@ class FakeGPU:
 
     device = {"name": "Fake GPU", "arch": "sm_90", "multiprocessors": 132, "max_shared_per_block_optin": 232448}
 
-    def __init__(self, crash_after: int | None = None):
+    def __init__(self, crash_after: int | None = None, kill: bool = False):
         self.calls = 0
         self.crash_after = crash_after
+        self.kill = kill  # SIGKILL this process instead of raising
 
     def evaluate(self, request) -> EvaluationResult:
         self.calls += 1
         if self.crash_after is not None and self.calls > self.crash_after:
+            if self.kill:
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError("the process was killed")
         marker = re.search(r"// fake: (\S+)", request.source)
         marker = marker.group(1) if marker else ""

@@ -4,7 +4,11 @@ interrupt and resume, and a crash resumed from the SQLite checkpoint."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
@@ -121,6 +125,31 @@ def test_a_crashed_run_resumes_from_its_checkpoint_and_measures_nothing_twice(tm
                  SqliteSaver(sqlite3.connect(path, check_same_thread=False)), thread="crash", payload=None)
     assert verdicts(result) == ["accepted"]
     assert second_gpu.calls == 3  # the candidate's other test and its two timings; the rest came from the store
+
+
+KILLED_RUN = """
+import sqlite3, sys
+sys.path.insert(0, {tests!r})
+from langgraph.checkpoint.sqlite import SqliteSaver
+from agent_fakes import FakeGPU, ScriptedChatModel, code_answer, decision
+from astra_kernels.graph import RunContext, build_graph
+model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("us=1.5"), decision("stop")])
+context = RunContext(chat_model=model, evaluator=FakeGPU(crash_after=3, kill=True), results={results!r})
+app = build_graph().compile(checkpointer=SqliteSaver(sqlite3.connect({path!r}, check_same_thread=False)))
+app.invoke({{"kernel": "silu_and_mul", "shapes": {shapes!r}}}, config={{"configurable": {{"thread_id": "k"}}}},
+           context=context, durability="sync")
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_checkpoint(tmp_path):
+    path, results = str(tmp_path / "checkpoints.sqlite"), str(tmp_path / "results.sqlite")
+    script = KILLED_RUN.format(tests=str(Path(__file__).parent), results=results, path=path, shapes=SHAPES)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    gpu = FakeGPU()
+    ctx = RunContext(chat_model=ScriptedChatModel(answers=[decision("stop")]), evaluator=gpu, results=results)
+    result = run(ctx, SqliteSaver(sqlite3.connect(path, check_same_thread=False)), thread="k", payload=None)
+    assert verdicts(result) == ["accepted"] and gpu.calls == 3
 
 
 def test_an_unknown_kernel_is_a_clear_error(tmp_path):
