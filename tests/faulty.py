@@ -102,3 +102,12 @@ def dynamic_shared_request(blocks: int = 264, per_block: int = 24576) -> Evaluat
         source=DYNAMIC_SHARED_SOURCE, kernel="reverse_tile", problem=problem,
         launch=LaunchShape(grid=(blocks,), block=(512,), shared_bytes=per_block * 4), label="reverse",
     )
+
+
+def device_facts(device, tag: str) -> dict:
+    """Run in the worker through EvaluationWorker.call: what the worker's device is."""
+    return {"tag": tag, "name": device.properties.name, "sms": device.properties.multiprocessors}
+
+
+def raises_in_worker(device) -> None:
+    raise RuntimeError("a peer that does not run")

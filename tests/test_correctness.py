@@ -87,11 +87,11 @@ def test_worker_keeps_the_last_two_draws():
     from astra_kernels.tools import evaluation, probes
 
     problem = probes.copy_request(1 << 12).problem
-    a1 = evaluation._case(problem, 1)
-    assert evaluation._case(problem, 1) is a1
-    b = evaluation._case(problem, 2)
+    a1 = evaluation.seeded_case(problem, 1)
+    assert evaluation.seeded_case(problem, 1) is a1
+    b = evaluation.seeded_case(problem, 2)
     assert b is not a1 and b.inputs["src"].tobytes() != a1.inputs["src"].tobytes()
     other = probes.copy_request(1 << 13).problem
-    evaluation._case(other, 1)
-    assert evaluation._case(problem, 2) is b  # still kept: the two most recent
-    assert evaluation._case(problem, 1) is not a1  # pushed out, drawn again
+    evaluation.seeded_case(other, 1)
+    assert evaluation.seeded_case(problem, 2) is b  # still kept: the two most recent
+    assert evaluation.seeded_case(problem, 1) is not a1  # pushed out, drawn again

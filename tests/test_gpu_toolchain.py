@@ -143,3 +143,23 @@ def test_poison_fill_and_upload_land_before_the_kernel_on_the_device_stream():
     finally:
         src.close()
         dst.close()
+
+
+def test_call_runs_in_the_worker_and_failures_come_back_as_errors(worker):
+    from astra_kernels.tools.errors import WorkerError
+
+    facts = worker.call(faulty.device_facts, "hello")
+    assert facts["tag"] == "hello" and facts["name"] == worker.device["name"] and facts["sms"] > 0
+    pid = worker.pid
+    with pytest.raises(WorkerError, match="a peer that does not run"):
+        worker.call(faulty.raises_in_worker)
+    assert worker.pid == pid  # an exception is not a fault: the context is kept
+    assert worker.evaluate(faulty.scale_request(0)).status == "ok"
+
+
+@pytest.mark.parametrize("layout", ["arena", "separate"])
+def test_both_input_layouts_check_and_time(worker, layout):
+    request = dataclasses.replace(faulty.scale_request(0), input_layout=layout)
+    result = worker.evaluate(request)
+    assert result.status == "ok", result.message
+    assert result.timing.input_sets >= 2 and result.timing.median_us > 0

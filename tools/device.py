@@ -105,6 +105,14 @@ class DeviceBuffer:
     def __init__(self, nbytes: int):
         self.nbytes = max(int(nbytes), 1)
         self.ptr = int(check(_driver().cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
+        self._owner = True
+
+    @classmethod
+    def view(cls, ptr: int, nbytes: int) -> "DeviceBuffer":
+        """A buffer inside memory someone else owns (an arena); closing it frees nothing."""
+        buf = cls.__new__(cls)
+        buf.nbytes, buf.ptr, buf._owner = max(int(nbytes), 1), int(ptr), False
+        return buf
 
     def upload(self, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array)
@@ -123,15 +131,36 @@ class DeviceBuffer:
         check(_driver().cuCtxSynchronize(), "memset")
 
     def close(self) -> None:
-        if self.ptr:
+        if self.ptr and self._owner:
             _driver().cuMemFree(self.ptr)
-            self.ptr = 0
+        self.ptr = 0
 
     def __del__(self):
         try:
             self.close()
         except Exception:
             pass
+
+
+class DeviceArena:
+    """One allocation carved into aligned buffers, the way a framework's caching allocator packs
+    tensors: many small buffers then share pages (and address-translation entries) instead of
+    each starting a fresh one, as separate cuMemAlloc calls would."""
+
+    ALIGN = 512
+
+    def __init__(self, sizes: list[int]):
+        offsets, total = [], 0
+        for size in sizes:
+            offsets.append(total)
+            total += -(-max(int(size), 1) // self.ALIGN) * self.ALIGN
+        self.memory = DeviceBuffer(total)
+        self.buffers = [DeviceBuffer.view(self.memory.ptr + o, n) for o, n in zip(offsets, sizes)]
+
+    def close(self) -> None:
+        for buf in self.buffers:
+            buf.close()
+        self.memory.close()
 
 
 class Kernel:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from .compiler import CompileOptions, KernelInfo, compile_source
 from .correctness import POISON_BYTE, Check, compare, outputs_differ, unchanged
-from .device import Device, DeviceBuffer, Kernel
+from .device import Device, DeviceArena, DeviceBuffer, Kernel
 from .dtypes import numpy_dtype
 from .errors import AstraError, CompileError, KernelNotFoundError, LaunchArgumentError, LaunchError
 from .problem import Case, Problem
@@ -60,6 +60,7 @@ class EvaluationRequest:
     replays: int = 10
     min_launches: int = 20
     stream_timing: bool = True
+    input_layout: Literal["arena", "separate"] = "arena"
     label: str = ""
 
 
@@ -92,10 +93,12 @@ class EvaluationResult(BaseModel):
 
 
 class _Buffers:
-    """One full set of device buffers for a problem, in parameter order."""
+    """One full set of device buffers for a problem, in parameter order: its own allocations,
+    or given ones (views into an arena)."""
 
-    def __init__(self, problem: Problem):
-        self.by_name: dict[str, DeviceBuffer] = {p.name: DeviceBuffer(p.nbytes) for p in problem.buffers}
+    def __init__(self, problem: Problem, given: list[DeviceBuffer] | None = None):
+        buffers = given if given is not None else [DeviceBuffer(p.nbytes) for p in problem.buffers]
+        self.by_name: dict[str, DeviceBuffer] = {p.name: b for p, b in zip(problem.buffers, buffers)}
 
     def args(self, problem: Problem) -> list:
         return [self.by_name[p.name] if p.is_buffer else p.scalar() for p in problem.params]
@@ -109,7 +112,7 @@ _CASES: OrderedDict[tuple, Case] = OrderedDict()
 _CASES_KEPT = 2  # the two seeds of one problem: consecutive candidates share them
 
 
-def _case(problem: Problem, seed: int) -> Case:
+def seeded_case(problem: Problem, seed: int) -> Case:
     """The seeded draw and its reference, computed once per problem and seed in this worker.
 
     Every configuration of a search is checked on the same two draws, and the float64 reference
@@ -130,7 +133,7 @@ def _case(problem: Problem, seed: int) -> Case:
 def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int):
     """Launch once on a seeded draw; return (checks, outputs as downloaded, expected)."""
     problem = request.problem
-    case = _case(problem, seed)
+    case = seeded_case(problem, seed)
     buffers = _Buffers(problem)
     try:
         for p in problem.buffers:
@@ -166,13 +169,24 @@ def _check(device: Device, kernel: Kernel, request: EvaluationRequest) -> list[C
     return checks_a + checks_b + [outputs_differ(out_a, out_b, exp_a, exp_b)]
 
 
+def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buffers], DeviceArena | None]:
+    """`count` buffer sets, packed in one arena (as a framework's allocator would place them) or
+    each buffer its own allocation."""
+    if layout == "separate":
+        return [_Buffers(problem) for _ in range(count)], None
+    sizes = [p.nbytes for p in problem.buffers]
+    arena = DeviceArena(sizes * count)
+    n = len(sizes)
+    return [_Buffers(problem, arena.buffers[i * n:(i + 1) * n]) for i in range(count)], arena
+
+
 def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[Timing, Timing | None]:
     """Graph-replayed and stream timings over enough input sets to keep L2 cold."""
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes)
     launches = max(sets_needed, request.min_launches)
-    case = _case(problem, request.seeds[0])
-    sets = [_Buffers(problem) for _ in range(sets_needed)]
+    case = seeded_case(problem, request.seeds[0])
+    sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
     try:
         for buffers in sets:
             for p in problem.buffers:
@@ -194,6 +208,8 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[T
     finally:
         for buffers in sets:
             buffers.close()
+        if arena is not None:
+            arena.close()
 
 
 def evaluate(device: Device, request: EvaluationRequest) -> EvaluationResult:

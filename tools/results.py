@@ -72,7 +72,7 @@ def evaluation_key(request: EvaluationRequest, device: str) -> str:
         "problem": problem.label,
         "params": [[p.name, p.role, p.dtype, list(p.shape), p.value] for p in problem.params],
         "seeds": list(request.seeds), "check": request.check, "time": request.time,
-        "replays": request.replays, "device": device,
+        "replays": request.replays, "layout": request.input_layout, "device": device,
     }
     return hashlib.sha256(_canonical(parts).encode()).hexdigest()
 

@@ -139,3 +139,36 @@ def time_stream(
     finally:
         events.close()
     return _summarise(samples, launches, input_sets, "stream")
+
+
+def time_torch_graph(function: Callable[[int], object], *, launches: int, input_sets: int,
+                     replays: int = 10, warmup_replays: int = 2) -> Timing:
+    """`time_graph` for PyTorch code: `function(i)` runs one call on input set i % input_sets
+    (eager kernels, or a torch.compile'd program) and is captured `launches` times into a
+    torch.cuda.CUDAGraph, so a peer is timed exactly as our kernels are: replayed, cold L2,
+    no Python in the measured time. Warm it up (compile, autotune) before calling this."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        function(0)  # allocations made outside capture, so the graph's own pool starts warm
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(launches):
+            function(i)
+    for _ in range(warmup_replays):
+        graph.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1000.0 / launches)
+    torch.cuda.synchronize()
+    del graph
+    return _summarise(samples, launches, input_sets, "graph")

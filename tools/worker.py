@@ -12,11 +12,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .errors import NoGpuError, WorkerError
 from .evaluation import EvaluationRequest, EvaluationResult
 
 _READY = "ready"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Any GPU work other than an evaluation (a framework peer's timing, say): `function(device,
+    *args)` runs in the worker, beside the context it shares, and its picklable result comes back."""
+
+    function: Callable
+    args: tuple
 
 
 def _serve(conn, device_index: int) -> None:
@@ -41,6 +53,12 @@ def _serve(conn, device_index: int) -> None:
             return
         if request is None:
             return
+        if isinstance(request, _Call):
+            try:
+                conn.send(("ok", request.function(device, *request.args)))
+            except Exception as exc:  # the caller gets the reason; the context may still be fine
+                conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"))
+            continue
         result = evaluate(device, request)
         conn.send(result)
         if result.fatal:
@@ -139,6 +157,31 @@ class EvaluationWorker:
         if result.fatal:
             self._replace()
         return result
+
+    def call(self, function: Callable, *args, timeout_s: float | None = None):
+        """Run `function(device, *args)` in the worker and return its result. `function` must be
+        importable by name (a module-level function). Its exception, the worker's death or a
+        timeout raise WorkerError with the reason; the last two replace the worker."""
+        if self._process is None or not self._process.is_alive():
+            self._discard()
+            self.start()
+        deadline = timeout_s if timeout_s is not None else self.timeout_s
+        name = getattr(function, "__qualname__", repr(function))
+        try:
+            self._conn.send(_Call(function, args))
+            answer = self._conn.recv() if self._conn.poll(deadline) else None
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._process.join(5)
+            code = self._process.exitcode
+            self._replace()
+            raise WorkerError(f"the evaluation worker died running {name} (exit code {code})") from None
+        if answer is None:
+            self._replace()
+            raise WorkerError(f"{name} gave no answer within {deadline:.1f} s; the worker was killed")
+        kind, payload = answer
+        if kind != "ok":
+            raise WorkerError(f"{name} failed in the evaluation worker: {payload}")
+        return payload
 
     def close(self) -> None:
         if self._conn is not None and self._process is not None and self._process.is_alive():
