@@ -56,7 +56,7 @@ def compile_rate(kernel: str, count: int, arch: str) -> dict:
     base = suite.base_options("bf16", folder.spec.variants["default"], arch)
     configs = folder.template.sample_configs(count, seed=11)
     shape = folder.spec.all_shapes()[0]
-    env = suite.environment(folder.spec, shape, "bf16", "default", limits_for(arch).multiprocessors)
+    env = suite.environment(folder.spec, shape, "bf16", "default", limits_for(arch).multiprocessors, arch)
     instances = [i for c in configs if not isinstance(i := folder.template.instantiate(c, env), Exclusion)]
     variants = [(folder.template.source, i.compile_options(base)) for i in instances]
     row = {"kernel": kernel, "arch": arch, "configurations": len(variants), "cores": os.cpu_count()}
@@ -77,7 +77,7 @@ def evaluation_rate(kernel: str, shape: dict, count: int) -> dict:
     folder = suite.load(kernel)
     with EvaluationWorker(timeout_s=600) as worker:
         arch, sms = worker.device["arch"], worker.device["multiprocessors"]
-        env = suite.environment(folder.spec, shape, "bf16", "default", sms)
+        env = suite.environment(folder.spec, shape, "bf16", "default", sms, arch)
         base = suite.base_options("bf16", folder.spec.variants["default"], arch)
         space = build_space(folder.template, env, base, limits_for(arch, sms),
                             configs=folder.template.sample_configs(count * 2, seed=5))
@@ -132,7 +132,8 @@ def replay(group: dict, strategies: list[str], seeds: int, round_budget: int) ->
         return []
     best = min(times)
     limits = limits_for(group["arch"])
-    env = suite.environment(folder.spec, group["shape"], group["dtype"], group["variant"], limits.multiprocessors)
+    env = suite.environment(folder.spec, group["shape"], group["dtype"], group["variant"], limits.multiprocessors,
+                            group["arch"])
     base = suite.base_options(group["dtype"], folder.spec.variants[group["variant"]], group["arch"])
     space = build_space(folder.template, env, base, limits, configs=configs)
     candidates = [c.config for c in space.candidates if _key(c.config) in results]

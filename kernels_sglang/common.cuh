@@ -32,4 +32,23 @@ __device__ __forceinline__ float warp_max(float x) {
 }
 
 __host__ __device__ __forceinline__ int ceil_div_int(int a, int b) { return (a + b - 1) / b; }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Thread-block clusters (sm_90): the CTAs of a cluster may read each other's shared memory, so a
+// row split over several CTAs can combine its partial sums without a second kernel.
+// Arrive after writing what others will read (release); wait before reading it (acquire).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(const float* p, unsigned rank) {
+    unsigned long long shared_address;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(shared_address) : "l"(p));
+    unsigned remote;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)shared_address), "r"(rank));
+    float value;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(value) : "r"(remote) : "memory");
+    return value;
+}
+#endif
 #endif

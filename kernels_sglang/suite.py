@@ -29,6 +29,7 @@ from .schema import KERNEL_DTYPE, KernelSpec
 SUITE_DIR = Path(__file__).parent
 COMMON_HEADER = "common.cuh"
 DEFAULT_SMS = 132  # an H100/H200; the device's own count replaces it wherever one is present
+DEFAULT_SM = 90  # the compute capability assumed where no arch is named (sm_90, as compiling defaults to)
 
 C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
 
@@ -65,7 +66,7 @@ class KernelFolder:
 def template_symbols(spec: KernelSpec) -> set[str]:
     """The names a template of this kernel may use besides its own parameters."""
     variant_names = {name for defines in spec.variants.values() for name in defines}
-    return set(spec.symbols) | {"ELEM_BYTES", "SMS"} | variant_names
+    return set(spec.symbols) | {"ELEM_BYTES", "SMS", "SM"} | variant_names
 
 
 @functools.cache
@@ -83,13 +84,24 @@ def load(name: str) -> KernelFolder:
     return KernelFolder(name, path, spec, reference, baseline, template)
 
 
+def compute_capability(arch: str | None) -> int:
+    """`sm_90a` -> 90; the default when no arch is named."""
+    if not arch:
+        return DEFAULT_SM
+    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
+    if not digits:
+        raise AstraError(f"{arch!r} is not an arch like sm_90")
+    return int(digits)
+
+
 def environment(spec: KernelSpec, shape: dict[str, int], dtype: str, variant: str,
-                sms: int = DEFAULT_SMS) -> dict[str, int]:
+                sms: int = DEFAULT_SMS, arch: str | None = None) -> dict[str, int]:
     if dtype not in spec.dtypes:
         raise AstraError(f"{spec.name} does not run in {dtype}; it runs in {', '.join(spec.dtypes)}")
     if variant not in spec.variants:
         raise AstraError(f"{spec.name} has no variant {variant!r}; it has {', '.join(spec.variants)}")
-    return {**shape, "ELEM_BYTES": numpy_dtype(dtype).itemsize, "SMS": sms, **spec.variants[variant]}
+    return {**shape, "ELEM_BYTES": numpy_dtype(dtype).itemsize, "SMS": sms, "SM": compute_capability(arch),
+            **spec.variants[variant]}
 
 
 def make_case(kernel: str, shape_items: tuple, dtype: str, variant: str, seed: int) -> Case:
@@ -140,7 +152,7 @@ def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
             sms: int = DEFAULT_SMS, arch: str | None = None) -> EvaluationRequest | Exclusion:
     """The evaluation request for one configuration at one shape, or why it cannot run there."""
     template = folder.source_of(which)
-    env = environment(folder.spec, shape, dtype, variant, sms)
+    env = environment(folder.spec, shape, dtype, variant, sms, arch)
     instance = template.instantiate(template.default if config is None else config, env)
     if isinstance(instance, Exclusion):
         return instance
@@ -195,7 +207,7 @@ def compile_targets(folder: KernelFolder, which: str, arch: str, *, sample: int 
             break
         first_exclusion, runs = None, False
         for shape in spec.all_shapes():
-            instance = template.instantiate(config, environment(spec, shape, dtype, variant))
+            instance = template.instantiate(config, environment(spec, shape, dtype, variant, arch=arch))
             if isinstance(instance, Exclusion):
                 first_exclusion = first_exclusion or instance
                 continue

@@ -8,6 +8,9 @@
 // alongside x and residual, so its latency hides behind the reduction. The row's reduction is a
 // warp butterfly, then (more than one warp per row) one shared-memory exchange after which every
 // warp of the row sums the per-warp partials itself: one __syncthreads, no second broadcast.
+// With CLUSTER > 1 (few tokens: too few rows to fill the GPU) a row is split over the CTAs of a
+// thread-block cluster, each holding its slice in registers; the CTAs' partial sums meet through
+// distributed shared memory, so the data is still read once, in one launch.
 #include "common.cuh"
 
 //@ kernel: fused_add_rmsnorm
@@ -17,22 +20,26 @@
 //@ param ITEMS: 0, 1, 2, 4, 8, 16                  -- vectors of fp32 s per thread held in registers; 0: s in shared memory like SGLang
 //@ param PRELOAD_W: 0, 1                           -- load w into registers with x and residual, before the reduction
 //@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
+//@ param CLUSTER: 1, 2, 4, 8                       -- CTAs per row, a thread-block cluster (split rows when tokens are few)
 //@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
 //@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
 //@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
-//@ require ROW_THREADS <= max(32, next_pow2(H // VEC))   -- no more threads per row than its vectors (rounded up to a power of two)
-//@ require ITEMS == 0 or ceil_div(H // VEC, ROW_THREADS) <= ITEMS   -- the row fits in the register slots of its threads
-//@ require ITEMS <= 4 * ceil_div(H // VEC, ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
+//@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
+//@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
+//@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32   -- every CTA of a split row gets at least a warp's vectors
+//@ require ROW_THREADS <= max(32, next_pow2(ceil_div(H // VEC, CLUSTER)))   -- no more threads per row than its vectors (rounded up to a power of two)
+//@ require ITEMS == 0 or ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS) <= ITEMS   -- the row (slice) fits in the register slots of its threads
+//@ require ITEMS <= 4 * ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
 //@ require PRELOAD_W == 0 or ITEMS > 0             -- preloading w is part of the registers mode
 //@ require REG_CAP == 128 or ROW_THREADS * ROWS <= 512   -- 1024 threads already cap a thread at 64 registers
 //@ require ITEMS * VEC * (max(4, 2 * max(ELEM_BYTES, 4 // VEC)) + PRELOAD_W * max(ELEM_BYTES, 4 // VEC)) <= 4 * (min(REG_CAP, 65536 // (ROW_THREADS * ROWS)) - 32)   -- held data (x and residual as loaded, then s; w; an element takes a whole register when VEC = 1) leaves at least 32 of the registers a thread may have (else spills)
 //@ require ITEMS > 0 or ROWS * H * 4 <= 226 * 1024   -- the fp32 rows fit in a CTA's shared memory (227 KB on sm_90, less the static partials)
-//@ grid: ceil_div(T, ROWS)
+//@ grid: ceil_div(T, ROWS) * CLUSTER
 //@ block: ROW_THREADS * ROWS
 //@ shared: 0 if ITEMS > 0 else ROWS * H * 4
 //@ fast_math: 1
 //@ max_registers: 128
-//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1
 
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
@@ -71,28 +78,43 @@ __device__ __forceinline__ void load_floats(const float* p, float (&v)[VEC]) {
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
+#if CLUSTER > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) CLUSTER_DIMS
 fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, const scalar_t* __restrict__ w,
                   float eps, int tokens, int hidden) {
     typedef Vec<scalar_t, VEC> V;
     const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
     const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
     const int lane = threadIdx.x & 31;
-    const long long row = (long long)blockIdx.x * ROWS + group;
+    const long long row = (long long)(blockIdx.x / CLUSTER) * ROWS + group;
     const bool valid = row < tokens;
 #if WARPS_PER_ROW == 1
     if (!valid) return;  // a warp per row: no CTA-wide barrier below
 #endif
     const int nvec = hidden / VEC;
     const long long base = (valid ? row : 0) * (long long)hidden;
-    V* xr = reinterpret_cast<V*>(x + base);
-    V* rr = reinterpret_cast<V*>(residual + base);
-    const V* wr = reinterpret_cast<const V*>(w);
+#if CLUSTER > 1
+    // This CTA's slice of the row: the cluster's CTAs are consecutive blocks, rank = block % CLUSTER.
+    const int per_cta = ceil_div_int(nvec, CLUSTER);
+    const int first = (int)(blockIdx.x % CLUSTER) * per_cta;
+    const int slice = min(per_cta, nvec - first);
+#else
+    const int first = 0;
+    const int slice = nvec;
+#endif
+    V* xr = reinterpret_cast<V*>(x + base) + first;
+    V* rr = reinterpret_cast<V*>(residual + base) + first;
+    const V* wr = reinterpret_cast<const V*>(w) + first;
 
     float sum_sq = 0.f;
 #if ITEMS > 0
     // Vector k of this thread is t + k * ROW_THREADS: constant offsets from one pointer each.
-    const int rem = valid ? nvec - t : 0;  // vector k exists when k * ROW_THREADS < rem
+    const int rem = valid ? slice - t : 0;  // vector k exists when k * ROW_THREADS < rem
     V* xt = xr + t;
     V* rt = rr + t;
     const V* wt = wr + t;
@@ -152,6 +174,15 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
     total = warp_sum(lane < WARPS_PER_ROW ? partial[group][lane] : 0.f);
     if (!valid) return;
 #endif
+#if CLUSTER > 1
+    // Every thread holds its CTA's sum; the cluster's sums meet through distributed shared memory.
+    __shared__ float cta_sum;
+    if (threadIdx.x == 0) cta_sum = total;
+    cluster_arrive();
+    cluster_wait();
+    total = warp_sum(lane < CLUSTER ? load_cluster_shared(&cta_sum, lane) : 0.f);
+    cluster_arrive();  // this CTA is done reading the others; each waits for that before it exits
+#endif
     const float rms_rcp = rsqrtf(total / (float)hidden + eps);
 
 #if ITEMS > 0
@@ -180,5 +211,8 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
         for (int j = 0; j < VEC; ++j) ov.v[j] = from_float<scalar_t>(s[j] * rms_rcp * to_float(wv.v[j]));
         xr[i] = ov;
     }
+#endif
+#if CLUSTER > 1
+    cluster_wait();  // no CTA leaves (freeing its shared memory) while another may still read it
 #endif
 }

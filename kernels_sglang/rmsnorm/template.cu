@@ -6,7 +6,10 @@
 // global memory like SGLang. PRELOAD_W loads w alongside x, so its latency hides behind the
 // reduction. The row's reduction is a warp butterfly, then (more than one warp per row) one
 // shared-memory exchange after which every warp of the row sums the per-warp partials itself:
-// one __syncthreads, no second broadcast.
+// one __syncthreads, no second broadcast. With CLUSTER > 1 (few tokens: too few rows to fill the
+// GPU) a row is split over the CTAs of a thread-block cluster, each holding its slice in
+// registers; the CTAs' partial sums meet through distributed shared memory, so the row is still
+// read once and there is still one launch.
 #include "common.cuh"
 
 //@ kernel: rmsnorm
@@ -16,20 +19,24 @@
 //@ param ITEMS: 0, 1, 2, 4, 8, 16                  -- vectors of x per thread held in registers; 0: re-read x in pass 2 like SGLang
 //@ param PRELOAD_W: 0, 1                           -- load w into registers with x, before the reduction
 //@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
+//@ param CLUSTER: 1, 2, 4, 8                       -- CTAs per row, a thread-block cluster (split rows when tokens are few)
 //@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
 //@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
 //@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
-//@ require ROW_THREADS <= max(32, next_pow2(H // VEC))   -- no more threads per row than its vectors (rounded up to a power of two)
-//@ require ITEMS == 0 or ceil_div(H // VEC, ROW_THREADS) <= ITEMS   -- the row fits in the register slots of its threads
-//@ require ITEMS <= 4 * ceil_div(H // VEC, ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
+//@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
+//@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
+//@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32        -- every CTA of a split row gets at least a warp's vectors
+//@ require ROW_THREADS <= max(32, next_pow2(ceil_div(H // VEC, CLUSTER)))   -- no more threads per row than its vectors (rounded up to a power of two)
+//@ require ITEMS == 0 or ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS) <= ITEMS   -- the row (slice) fits in the register slots of its threads
+//@ require ITEMS <= 4 * ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
 //@ require PRELOAD_W == 0 or ITEMS > 0             -- preloading w is part of the registers mode
 //@ require REG_CAP == 128 or ROW_THREADS * ROWS <= 512   -- 1024 threads already cap a thread at 64 registers
 //@ require (1 + PRELOAD_W) * ITEMS * VEC * max(ELEM_BYTES, 4 // VEC) <= 4 * (min(REG_CAP, 65536 // (ROW_THREADS * ROWS)) - 32)   -- held data (x, and w; an element takes a whole register when VEC = 1) leaves at least 32 of the registers a thread may have (else spills)
-//@ grid: ceil_div(T, ROWS)
+//@ grid: ceil_div(T, ROWS) * CLUSTER
 //@ block: ROW_THREADS * ROWS
 //@ fast_math: 1
 //@ max_registers: 128
-//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=1 REG_CAP=128
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=1 REG_CAP=128 CLUSTER=1
 
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
@@ -50,28 +57,43 @@ __device__ __forceinline__ float square_opaque(__half v) {
     return f * f;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)
+#if CLUSTER > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) CLUSTER_DIMS
 rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t* __restrict__ out,
         float eps, int tokens, int hidden) {
     typedef Vec<scalar_t, VEC> V;
     const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
     const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
     const int lane = threadIdx.x & 31;
-    const long long row = (long long)blockIdx.x * ROWS + group;
+    const long long row = (long long)(blockIdx.x / CLUSTER) * ROWS + group;
     const bool valid = row < tokens;
 #if WARPS_PER_ROW == 1
     if (!valid) return;  // a warp per row: no CTA-wide barrier below
 #endif
     const int nvec = hidden / VEC;
     const long long base = (valid ? row : 0) * (long long)hidden;
-    const V* xr = reinterpret_cast<const V*>(x + base);
-    const V* wr = reinterpret_cast<const V*>(w);
-    V* orow = reinterpret_cast<V*>(out + base);
+#if CLUSTER > 1
+    // This CTA's slice of the row: the cluster's CTAs are consecutive blocks, rank = block % CLUSTER.
+    const int per_cta = ceil_div_int(nvec, CLUSTER);
+    const int first = (int)(blockIdx.x % CLUSTER) * per_cta;
+    const int slice = min(per_cta, nvec - first);
+#else
+    const int first = 0;
+    const int slice = nvec;
+#endif
+    const V* xr = reinterpret_cast<const V*>(x + base) + first;
+    const V* wr = reinterpret_cast<const V*>(w) + first;
+    V* orow = reinterpret_cast<V*>(out + base) + first;
 
     float sum_sq = 0.f;
 #if ITEMS > 0
     // Vector k of this thread is t + k * ROW_THREADS: constant offsets from one pointer each.
-    const int rem = valid ? nvec - t : 0;  // vector k exists when k * ROW_THREADS < rem
+    const int rem = valid ? slice - t : 0;  // vector k exists when k * ROW_THREADS < rem
     const V* xt = xr + t;
     const V* wt = wr + t;
     V xv[ITEMS];
@@ -115,6 +137,15 @@ rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t
     total = warp_sum(lane < WARPS_PER_ROW ? partial[group][lane] : 0.f);
     if (!valid) return;
 #endif
+#if CLUSTER > 1
+    // Every thread holds its CTA's sum; the cluster's sums meet through distributed shared memory.
+    __shared__ float cta_sum;
+    if (threadIdx.x == 0) cta_sum = total;
+    cluster_arrive();
+    cluster_wait();
+    total = warp_sum(lane < CLUSTER ? load_cluster_shared(&cta_sum, lane) : 0.f);
+    cluster_arrive();  // this CTA is done reading the others; each waits for that before it exits
+#endif
     const float rms_rcp = rsqrtf(total / (float)hidden + eps);
 
 #if ITEMS > 0
@@ -144,5 +175,8 @@ rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t
             ov.v[j] = from_float<scalar_t>(to_float(xv.v[j]) * rms_rcp * to_float(wv.v[j]));
         orow[i] = ov;
     }
+#endif
+#if CLUSTER > 1
+    cluster_wait();  // no CTA leaves (freeing its shared memory) while another may still read it
 #endif
 }
