@@ -26,6 +26,7 @@ class LaunchPlan:
     grid: tuple[int, ...]
     block: tuple[int, ...]
     shared_bytes: int
+    source: str = "template"  # or "baseline", where no tuned configuration beat it
 
 
 class TunedKernel:
@@ -40,20 +41,20 @@ class TunedKernel:
         self._shared_allowed: dict[str, int] = {}
 
     def plan(self, **shape: int) -> LaunchPlan:
-        sms = self.device.properties.multiprocessors
-        config, picked_by = self.table.pick(shape, sms)
-        template = self.folder.template
-        env = suite.environment(self.folder.spec, shape, self.table.dtype, self.table.variant, sms)
-        instance = template.instantiate(config, env)
+        sms, arch = self.device.properties.multiprocessors, self.device.properties.arch
+        pick = self.table.pick(shape, sms, arch)
+        template = self.folder.source_of(pick.source)
+        env = suite.environment(self.folder.spec, shape, self.table.dtype, self.table.variant, sms, arch)
+        instance = template.instantiate(pick.config, env)
         if isinstance(instance, Exclusion):  # pick() only returns admitted configurations
-            raise suite.AstraError(f"{self.table.kernel}: {config} cannot run at {shape}: {instance.reason}")
-        return LaunchPlan(config, picked_by, instance.grid, instance.block, instance.shared_bytes)
+            raise suite.AstraError(f"{self.table.kernel}: {pick.config} cannot run at {shape}: {instance.reason}")
+        return LaunchPlan(pick.config, pick.picked_by, instance.grid, instance.block, instance.shared_bytes, pick.source)
 
     def _kernel(self, plan: LaunchPlan, shape: dict[str, int]) -> Kernel:
         """The compiled kernel for this configuration at this shape: derived values (vectors per
         row, say) are compile-time defines, so the binary is keyed by its options, not the config."""
-        request = suite.request(self.folder, "template", shape, self.table.dtype, self.table.variant,
-                                plan.config, sms=self.device.properties.multiprocessors,
+        request = suite.request(self.folder, plan.source, shape, self.table.dtype, self.table.variant,
+                                plan.config or None, sms=self.device.properties.multiprocessors,
                                 arch=self.device.properties.arch)
         key = request.options.model_dump_json()
         if key not in self._loaded:

@@ -3,8 +3,11 @@
 Per shape: the template's space is pruned (constraints, compile, hardware limits), the baseline
 is measured, and a strategy searches the survivors within a budget, every evaluation going
 through the results store. Then the per-shape winners are measured at every shape, and the one
-with the best geometric mean becomes the general configuration; the winners form the dispatch
-table. The output folder gets the kernel source, the parameters, the table and a report.
+with the best geometric mean becomes the general configuration. Each shape's dispatch entry is
+the fastest of everything measured there (its own search, the other shapes' winners, the
+baseline): a large shape whose search had time for few evaluations often runs best with another
+shape's winner, and where nothing beat the baseline the table keeps the baseline. The output
+folder gets the kernel source, the parameters, the table and a report.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class ShapeResult(BaseModel):
     baseline_us: float | None
     baseline_status: str
     search: SearchOutcome
+    dispatch_us: float | None = None  # what the dispatch table runs here: the best measured at this shape
+    dispatch_from: str = ""  # "search", "the winner at SHAPE" or "baseline"
 
     @property
     def speedup(self) -> float | None:
@@ -107,7 +112,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
 
     for shape in shapes:
         label = spec.label(shape)
-        env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors)
+        env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
         configs = folder.template.sample_configs(sample, seed) if sample else None
         space = build_space(folder.template, env, base, limits, configs=configs, max_spill_bytes=max_spill_bytes)
         if progress:
@@ -130,13 +135,10 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             baseline_status=baseline.status, search=outcome,
         ))
 
-    winners = [s.search.best_config for s in report.shapes if s.search.best_config]
-    report.general, report.general_us = _general(winners, report.shapes, request, evaluator, labels)
-    report.dispatch = DispatchTable(
-        kernel=spec.name, dtype=dtype, variant=variant, general=report.general,
-        entries=[DispatchEntry(shape=s.shape, config=s.search.best_config, median_us=s.search.best_us)
-                 for s in report.shapes if s.search.best_config],
-    )
+    winners = {s.label: s.search.best_config for s in report.shapes if s.search.best_config}
+    report.general, report.general_us, measured = _general(winners, report.shapes, request, evaluator, labels)
+    report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general,
+                                    entries=[e for s in report.shapes if (e := _entry(s, measured.get(s.label, [])))])
     verify_dispatch(report, folder, worker, evaluator, verify or [], progress)
     return report
 
@@ -181,10 +183,10 @@ def _verify(dispatch: DispatchTable, shape, spec, requests: _Requests, evaluator
     """What the generated launcher would run at `shape`: correct, and how fast beside the baseline."""
     label = spec.label(shape)
     try:
-        config, picked_by = dispatch.pick(shape, requests.limits.multiprocessors)
+        config, picked_by, source = dispatch.pick(shape, requests.limits.multiprocessors, requests.limits.arch)
     except suite.AstraError as exc:
         return VerifiedShape(shape=shape, label=label, config={}, picked_by="", status="excluded", message=str(exc))
-    result, _ = evaluator(requests.request("template", shape, config), **requests.labels("template", shape)(config))
+    result, _ = evaluator(requests.request(source, shape, config or None), **requests.labels(source, shape)(config))
     baseline, _ = evaluator(requests.request("baseline", shape), **requests.labels("baseline", shape)({}))
     return VerifiedShape(
         shape=shape, label=label, config=config, picked_by=picked_by, status=result.status,
@@ -207,25 +209,48 @@ def pick_strategy(strategy: str, candidates: int, budget: Budget | None) -> str:
     return "exhaustive" if candidates <= limit else "tpe"
 
 
-def _general(winners, shapes, request, evaluator, labels):
-    """The per-shape winner with the best geometric mean over every shape it can run at all of."""
+def _general(winners: dict[str, dict], shapes, request, evaluator, labels):
+    """Every per-shape winner measured at every shape it runs at. Returns the one with the best
+    geometric mean over all the shapes (the general configuration, if one runs everywhere), its
+    times, and per shape label the (time, config, whose winner) of every winner measured there."""
     best, best_times, best_score = None, {}, math.inf
-    unique = {tuple(sorted(c.items())): c for c in winners}.values()
-    for config in unique:
+    measured: dict[str, list[tuple[float, dict, str]]] = {}
+    unique: dict[tuple, tuple[dict, str]] = {}
+    for label, config in winners.items():
+        unique.setdefault(tuple(sorted(config.items())), (config, label))
+    for config, owner in unique.values():
         times = {}
         for s in shapes:
             req = request("template", s.shape, config)
             if isinstance(req, Exclusion):
-                break
+                continue
             result, _ = evaluator(req, **labels("template", s.shape)(config))
-            if result.status != "ok" or result.timing is None:
-                break
-            times[s.label] = result.timing.median_us
-        else:
-            score = sum(math.log(t) for t in times.values()) / max(1, len(times))
+            if result.status == "ok" and result.timing is not None:
+                times[s.label] = result.timing.median_us
+                measured.setdefault(s.label, []).append((result.timing.median_us, config, owner))
+        if len(times) == len(shapes):
+            score = sum(math.log(t) for t in times.values()) / len(times)
             if score < best_score:
                 best, best_times, best_score = config, times, score
-    return best, best_times
+    return best, best_times, measured
+
+
+def _entry(shape: ShapeResult, measured: list[tuple[float, dict, str]]) -> DispatchEntry | None:
+    """The fastest thing measured at this shape, recorded on `shape` too: its own search's best,
+    another shape's winner, or the baseline when none of them beat it."""
+    options = list(measured)
+    if shape.search.best_config and shape.search.best_us:
+        options.append((shape.search.best_us, shape.search.best_config, shape.label))
+    fastest = min(options, key=lambda o: o[0]) if options else None
+    if shape.baseline_us and (fastest is None or shape.baseline_us <= fastest[0]):
+        shape.dispatch_us, shape.dispatch_from = shape.baseline_us, "baseline"
+        return DispatchEntry(shape=shape.shape, config={}, median_us=shape.baseline_us, source="baseline")
+    if fastest is None:
+        return None
+    us, config, owner = fastest
+    shape.dispatch_us = us
+    shape.dispatch_from = "search" if owner == shape.label and config == shape.search.best_config else f"the winner at {owner}"
+    return DispatchEntry(shape=shape.shape, config=config, median_us=us)
 
 
 def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> list[Path]:
@@ -302,14 +327,15 @@ def render_markdown(report: TuneReport) -> str:
         f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
         "CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks.",
         "",
-        "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated (stopped by) | baseline us | best us | speedup |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated (stopped by) | baseline us | search best us | speedup | dispatched us (from) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report.shapes:
         lines.append(
             f"| {s.label} | {s.space_total} | {s.space_after_constraints} | {s.space_after_compile} | "
             f"{s.space_candidates} | {s.search.strategy} | {len(s.search.trials)} ({s.search.stopped_by}) | "
-            f"{_fmt(s.baseline_us)} | {_fmt(s.search.best_us)} | {_fmt(s.speedup, 3)} |")
+            f"{_fmt(s.baseline_us)} | {_fmt(s.search.best_us)} | {_fmt(s.speedup, 3)} | "
+            f"{_fmt(s.dispatch_us)} ({s.dispatch_from or '—'}) |")
     geo = report.geomean_speedup()
     lines += ["", f"Geometric-mean speedup over the baseline: {geo:.3f}" if geo else "No speedup measured.", "",
               "![speedup per shape](speedup.svg)", "", "![convergence](convergence.svg)", ""]

@@ -14,13 +14,13 @@ TABLE = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default",
 
 
 def test_tuned_and_nearest_shapes():
-    assert TABLE.pick({"T": 16, "D": 4096}) == (TUNED, "tuned")
-    assert TABLE.pick({"T": 32, "D": 8192}) == (TUNED, "nearest tuned shape 16x4096")
+    assert TABLE.pick({"T": 16, "D": 4096}) == (TUNED, "tuned", "template")
+    assert TABLE.pick({"T": 32, "D": 8192}) == (TUNED, "nearest tuned shape 16x4096", "template")
 
 
 def test_an_odd_width_keeps_the_tuned_choices_and_narrows_the_vector():
     started = time.perf_counter()
-    config, why = TABLE.pick({"T": 3, "D": 1002})  # 1002 = 2 mod 8: vectors of 2 at most
+    config, why, _ = TABLE.pick({"T": 3, "D": 1002})  # 1002 = 2 mod 8: vectors of 2 at most
     assert time.perf_counter() - started < 5
     # 501 vectors in 4 chunks of 126: 256 threads would be over twice what a chunk can use
     assert config == {**TUNED, "VEC": 2, "THREADS": 128}
@@ -32,5 +32,5 @@ def test_an_odd_width_keeps_the_tuned_choices_and_narrows_the_vector():
 
 def test_without_entries_the_default_is_the_target():
     empty = TABLE.model_copy(update={"entries": []})
-    config, why = empty.pick({"T": 7, "D": 1000})
+    config, why, _ = empty.pick({"T": 7, "D": 1000})
     assert "template default" in why and config["VEC"] == 8  # 1000 = 0 mod 8: the default runs

@@ -45,35 +45,54 @@ def device():
     return Device(0)
 
 
-@pytest.mark.parametrize("name", KERNELS)
-def test_generated_launcher_is_correct_at_every_shape(tmp_path, device, name):
+def _load_launcher(tmp_path, device, name: str, table: DispatchTable):
     folder = suite.load(name)
-    table = _table(name)
     report = tuning.TuneReport(kernel=name, dtype="bf16", variant="default", strategy="exhaustive",
                                device="test", arch=device.properties.arch, date="today", dispatch=table)
     tuning.write_outputs(folder, report, tmp_path)
     spec = importlib.util.spec_from_file_location("launcher", tmp_path / "launcher.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
-    kernel = launcher.load(device)
-    picked = set()
-    for shape in _shapes(name):
-        problem = suite.problem(folder, shape, "bf16")
-        case = problem.make_case(0)
-        buffers = {p.name: DeviceBuffer(p.nbytes) for p in problem.buffers}
-        for p in problem.buffers:
-            if p.role in ("in", "inout"):
-                buffers[p.name].upload(case.inputs[p.name])
-            else:
-                buffers[p.name].fill_bytes(POISON_BYTE)
-        plan = kernel(*[buffers[p.name] if p.is_buffer else p.scalar() for p in problem.params], **shape)
-        device.synchronize()
-        picked.add(plan.picked_by.split(" ")[0])
-        for p in problem.buffers:
-            if p.role != "in":
-                got = buffers[p.name].download(numpy_dtype(p.dtype), p.shape)
-                check = compare(p.name, got, case.expected[p.name], problem.tolerance(p.dtype))
-                assert check.passed, f"{folder.spec.label(shape)} {plan.config} ({plan.picked_by}): {check.detail}"
-        for buf in buffers.values():
-            buf.close()
+    return launcher.load(device)
+
+
+def _launch_and_check(kernel, device, folder, shape):
+    """Launch the table's pick at `shape` on poisoned outputs and compare with the reference."""
+    problem = suite.problem(folder, shape, "bf16")
+    case = problem.make_case(0)
+    buffers = {p.name: DeviceBuffer(p.nbytes) for p in problem.buffers}
+    for p in problem.buffers:
+        if p.role in ("in", "inout"):
+            buffers[p.name].upload(case.inputs[p.name])
+        else:
+            buffers[p.name].fill_bytes(POISON_BYTE)
+    plan = kernel(*[buffers[p.name] if p.is_buffer else p.scalar() for p in problem.params], **shape)
+    device.synchronize()
+    for p in problem.buffers:
+        if p.role != "in":
+            got = buffers[p.name].download(numpy_dtype(p.dtype), p.shape)
+            check = compare(p.name, got, case.expected[p.name], problem.tolerance(p.dtype))
+            assert check.passed, f"{folder.spec.label(shape)} {plan.config} ({plan.picked_by}): {check.detail}"
+    for buf in buffers.values():
+        buf.close()
+    return plan
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_generated_launcher_is_correct_at_every_shape(tmp_path, device, name):
+    folder = suite.load(name)
+    kernel = _load_launcher(tmp_path, device, name, _table(name))
+    picked = {_launch_and_check(kernel, device, folder, shape).picked_by.split(" ")[0] for shape in _shapes(name)}
     assert "tuned" in picked and len(picked) > 1  # the tuned shape, and others picked by rule
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "merge_attn_states"])
+def test_a_baseline_entry_launches_the_baseline(tmp_path, device, name):
+    folder = suite.load(name)
+    table = _table(name)
+    at = _shapes(name)[1]
+    table.entries.append(DispatchEntry(shape=at, config={}, source="baseline"))
+    kernel = _load_launcher(tmp_path, device, name, table)
+    plan = _launch_and_check(kernel, device, folder, at)
+    assert plan.source == "baseline" and plan.config == {} and plan.picked_by == "tuned: the baseline"
+    assert _launch_and_check(kernel, device, folder, folder.spec.all_shapes()[0]).source == "template"

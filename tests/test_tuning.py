@@ -55,15 +55,61 @@ def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
         assert s.search.best_config["VEC"] == 8
         assert s.speedup and s.speedup > 0
     assert report.general is not None and set(report.general_us) == {"16x4096", "64x8192"}
-    config, why = report.dispatch.pick({"T": 16, "D": 4096})
-    assert config == report.shapes[0].search.best_config and why == "tuned"
-    config, why = report.dispatch.pick({"T": 5, "D": 1002})  # D = 2 mod 8: VEC=8 cannot run there
+    config, why, source = report.dispatch.pick({"T": 16, "D": 4096})
+    assert config == report.shapes[0].search.best_config and why == "tuned" and source == "template"
+    config, why, _ = report.dispatch.pick({"T": 5, "D": 1002})  # D = 2 mod 8: VEC=8 cannot run there
     assert config["VEC"] <= 2 and "VEC" in config
     written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
     assert all(p.exists() for p in written)
     best = json.loads((tmp_path / "out" / "best.json").read_text())
     assert best["per_shape"]["16x4096"]["config"]["VEC"] == 8
     assert "| 16x4096 | 40 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+class BaselineWinsAt64(ScriptedWorker):
+    """The baseline beats every configuration at 64 tokens."""
+
+    def evaluate(self, request):
+        result = super().evaluate(request)
+        if request.label.endswith("baseline") and "64x8192" in request.label:
+            result.timing = result.timing.model_copy(update={"median_us": 0.1})
+        return result
+
+
+def test_the_table_keeps_the_baseline_where_nothing_beat_it(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, BaselineWinsAt64(), strategy="exhaustive")
+    at64 = report.shapes[1]
+    assert at64.dispatch_from == "baseline" and at64.dispatch_us == 0.1
+    assert report.dispatch.pick({"T": 64, "D": 8192}) == ({}, "tuned: the baseline", "baseline")
+    assert report.dispatch.pick({"T": 128, "D": 8192}).source == "baseline"  # nearest tuned shape is 64x8192
+    assert report.dispatch.pick({"T": 16, "D": 4096}).source == "template"
+    assert "| 0.10 (baseline) |" in tuning.render_markdown(report)
+
+
+class SlowBaseline(ScriptedWorker):
+    def evaluate(self, request):
+        result = super().evaluate(request)
+        if request.label.endswith("baseline"):
+            result.timing = result.timing.model_copy(update={"median_us": 100.0})
+        return result
+
+
+def test_each_entry_is_the_fastest_measured_at_its_shape(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, SlowBaseline(), strategy="exhaustive")
+    shape = report.shapes[0]
+    own, faster = shape.search.best_config, {**shape.search.best_config, "UNROLL": 4}
+    entry = tuning._entry(shape, [])
+    assert entry.config == own and shape.dispatch_from == "search" and entry.source == "template"
+    # a winner of another shape measured faster here (a search starved of time at a large shape)
+    entry = tuning._entry(shape, [(shape.search.best_us / 2, faster, "64x8192")])
+    assert entry.config == faster and shape.dispatch_from == "the winner at 64x8192"
+    assert entry.median_us == shape.dispatch_us == shape.search.best_us / 2
+    # nothing measured beats the baseline
+    slow = shape.model_copy(update={"baseline_us": shape.search.best_us / 4})
+    entry = tuning._entry(slow, [(shape.search.best_us / 2, faster, "64x8192")])
+    assert entry.source == "baseline" and entry.config == {} and slow.dispatch_from == "baseline"
 
 
 def test_rerun_measures_nothing_and_budget_limits_each_shape(tmp_path):
