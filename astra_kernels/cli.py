@@ -193,7 +193,7 @@ def cmd_space(args) -> int:
         props = Device(args.gpu).properties
         sms, optin = props.multiprocessors, props.max_shared_per_block_optin
     limits = limits_for(arch, sms, optin)
-    env = suite.environment(spec, shape, dtype, args.variant, limits.multiprocessors)
+    env = suite.environment(spec, shape, dtype, args.variant, limits.multiprocessors, arch)
     configs = folder.template.sample_configs(args.sample, args.seed) if args.sample else None
     report = build_space(folder.template, env, suite.base_options(dtype, spec.variants[args.variant], arch),
                          limits, configs=configs, max_spill_bytes=args.max_spill_bytes)
@@ -299,6 +299,84 @@ def cmd_verify(args) -> int:
     for v in failures:
         console.print(f"[red]{v.label}[/red]: {v.status} {v.message[:200]}", highlight=False)
     return 1 if failures else 0
+
+
+def _bench_shapes(folder, args) -> list[dict]:
+    """--shapes, else the named sets (comma-separated; `all` is every set) that the kernel has."""
+    if args.shapes:
+        return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
+    wanted = list(folder.spec.shapes) if args.set == "all" else args.set.split(",")
+    unknown = [w for w in wanted if w not in ("astra", "serving", "odd")]
+    if unknown:
+        raise SystemExit(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd or all")
+    seen, shapes = set(), []
+    for name in wanted:
+        for shape in folder.spec.shapes.get(name, []):
+            if folder.spec.label(shape) not in seen:
+                seen.add(folder.spec.label(shape))
+                shapes.append(shape)
+    return shapes
+
+
+def cmd_bench(args) -> int:
+    """Time baseline, tuned kernel and PyTorch peers at every shape, against both floors."""
+    from astra_kernels.kernels_sglang import benchmark, suite
+    from astra_kernels.tools import EvaluationWorker
+    from astra_kernels.tools.device import gpu_available
+
+    names = args.kernels.split(",") if args.kernels else suite.names()
+    folders = [suite.load(n) for n in names]
+    if args.shapes and len(folders) != 1:
+        raise SystemExit("--shapes needs exactly one kernel (--kernels NAME)")
+    kernels = {f.name: _bench_shapes(f, args) for f in folders}
+    modes = () if args.no_torch else tuple(m for m in args.torch.split(",") if m)
+    if unknown := [m for m in modes if m not in ("eager", "compile")]:
+        raise SystemExit(f"--torch takes eager and/or compile, not {', '.join(unknown)}")
+    if not gpu_available():
+        console.print("[yellow]no GPU here:[/yellow] the benchmark times kernels, so it needs an NVIDIA GPU. "
+                      "docs/benchmarks.md holds the latest measured table; `astra kernels` lists the shapes.")
+        return 2
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+
+    def checkpoint(report) -> None:  # bench.json after every row: an interrupted run keeps its rows
+        if out:
+            (out / "bench.json").write_text(report.model_dump_json(indent=2))
+
+    with EvaluationWorker(device_index=args.gpu, timeout_s=900) as worker:
+        tables = {}
+        for name in kernels:
+            path = Path(args.tuned) / name if args.tuned else None
+            tables[name] = (benchmark.load_table(path) if path and path.exists()
+                            else benchmark.shipped_table(name, worker.device["name"]))
+        missing = [n for n, t in tables.items() if t is None]
+        if missing:
+            console.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
+                          f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
+        report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
+                                 input_layout=args.layout, checkpoint=checkpoint,
+                                 progress=lambda label: console.print(f"[dim]{label}[/dim]", highlight=False))
+    command = "astra bench " + " ".join(args.argv)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        table = Table(title=f"{report.device}, {report.dtype}, microseconds per call (graph replay, cold L2)")
+        for column in benchmark.COLUMNS:
+            table.add_column(column)
+        for cells in benchmark.table_rows(report):
+            table.add_row(*cells)
+        console.print(table)
+        for line in report.goals():
+            console.print(line, highlight=False)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(report.model_dump_json(indent=2))
+        (out / "bench.md").write_text(benchmark.render_markdown(report, command.strip()))
+        (out / "bench.svg").write_text(benchmark.chart(report))
+        if not args.json:
+            console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
+    return 0
 
 
 def cmd_optimize(args) -> int:
@@ -466,6 +544,23 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--json", action="store_true")
     optimize.set_defaults(func=cmd_optimize)
 
+    bench = sub.add_parser("bench", help="time baseline, tuned kernel and PyTorch peers at every shape against the floors")
+    bench.add_argument("--kernels", help="comma-separated (default: the whole suite)")
+    bench.add_argument("--set", default="astra,serving",
+                       help="shape sets, comma-separated: astra, serving, odd or all (default astra,serving)")
+    bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
+    bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
+    bench.add_argument("--tuned", help="folder of `astra tune` outputs, one KERNEL/ subfolder each "
+                                       "(default: the tables shipped for this GPU)")
+    bench.add_argument("--torch", default="eager,compile", help="PyTorch peers to time: eager, compile or both (default)")
+    bench.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
+    bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
+                       help="rotating input sets packed in one allocation (default) or one allocation per buffer")
+    bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here")
+    bench.add_argument("--gpu", type=int, default=0)
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(func=cmd_bench)
+
     verify = sub.add_parser("verify", help="run a tuned dispatch table through the correctness checks at every shape")
     verify.add_argument("out", help="the output folder of `astra tune`")
     verify.add_argument("--shapes", help="comma-separated shapes (default: every shape of every set)")
@@ -480,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     from astra_kernels.tools.errors import AstraError
 
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:
         return args.func(args)
     except AstraError as exc:

@@ -76,6 +76,39 @@ def bar_chart(labels: Sequence[str], values: Sequence[float | None], *, title: s
     return "\n".join(parts + ["</svg>"]) + "\n"
 
 
+def grouped_bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float | None]], *, title: str,
+                      ylabel: str, xlabel: str = "", reference: float | None = None) -> str:
+    """Side-by-side bars per label, one colour per named series (None draws no bar), with a legend."""
+    shown = [v for values in series.values() for v in values if v is not None]
+    ticks = _ticks(0.0, max(shown + ([reference] if reference is not None else []), default=1.0) * 1.1)
+    high = ticks[-1]
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    parts = _frame(title, ylabel, xlabel, ticks)
+    slot = plot_w / max(1, len(labels))
+    width = slot * 0.8 / max(1, len(series))
+    for i, label in enumerate(labels):
+        x = LEFT + i * slot + slot * 0.1
+        for j, (name, values) in enumerate(series.items()):
+            value = values[i]
+            if value is not None:
+                h = plot_h * value / high
+                parts.append(f'<rect x="{x + j * width:.1f}" y="{TOP + plot_h - h:.1f}" width="{width:.1f}" '
+                             f'height="{h:.1f}" fill="{COLOURS[j % len(COLOURS)]}">'
+                             f'<title>{escape(label)} {escape(name)}: {value:.3g}</title></rect>')
+        cx, cy = LEFT + i * slot + slot / 2, TOP + plot_h + 12
+        parts.append(f'<text x="{cx:.1f}" y="{cy:.1f}" font-size="9" '
+                     f'transform="rotate(45 {cx:.1f} {cy:.1f})">{escape(label)}</text>')
+    if reference is not None:
+        y = TOP + plot_h * (1 - reference / high)
+        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
+                     'stroke="black" stroke-dasharray="5,4"/>')
+    for j, name in enumerate(series):
+        lx = WIDTH - RIGHT - 130 * (len(series) - j)
+        parts.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="{COLOURS[j % len(COLOURS)]}"/>')
+        parts.append(f'<text x="{lx + 14}" y="37">{escape(name)}</text>')
+    return "\n".join(parts + ["</svg>"]) + "\n"
+
+
 def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str, ylabel: str,
                xlabel: str) -> str:
     """One polyline per named series of (x, y) points, with a legend."""

@@ -1,0 +1,103 @@
+"""`astra bench` without a GPU: the goals it states, the report it writes, the tables it reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.kernels_sglang import benchmark, suite
+from astra_kernels.kernels_sglang.benchmark import BenchReport, BenchRow
+from astra_kernels.tools.device import gpu_available
+
+
+def _row(kernel, label, baseline, tuned, floor=1.0, **extra):
+    spec = suite.load(kernel).spec
+    shape = spec.parse_shape(label)
+    return BenchRow(kernel=kernel, label=label, shape=shape, dtype="bf16", variant="default", bytes_moved=1,
+                    floor_us=floor, baseline_us=baseline, tuned_us=tuned, baseline_status="ok",
+                    tuned_status="ok" if tuned else "", **extra)
+
+
+def _report(rows):
+    return BenchReport(device="NVIDIA H200", arch="sm_90", date="2026-11-23", dtype="bf16",
+                       copy_bandwidth_gbs=4200.0, launch_floor_us=1.0, rows=rows)
+
+
+def test_goals_name_what_misses_them():
+    report = _report([
+        _row("silu_and_mul", "16x4096", 2.0, 1.0),           # astra shape, decode, 2x
+        _row("silu_and_mul", "64x8192", 4.0, 5.0),           # astra shape, slower than the baseline
+        _row("rmsnorm", "16384x8192", 190.0, 150.0, floor=128.0),   # large: 85% of copy bandwidth
+        _row("merge_attn_states", "8192x32x128", 51.0, 50.0, floor=48.0),  # large: 96%
+    ])
+    goals = "\n".join(report.goals())
+    assert "3 of 4 shapes" in goals and "silu_and_mul 64x8192 0.800x" in goals
+    assert "geometric-mean speedup 1.265x over 2 shapes" in goals  # sqrt(2 * 0.8); rmsnorm is not one of Astra's three
+    assert "1 of 2 shapes at >= 90%" in goals and "rmsnorm 16384x8192 85%" in goals
+    assert "decode shapes (<= 16 tokens): 1 of 1 within 1.3x" in goals
+
+
+def test_decode_goal_counts_against_the_launch_floor():
+    report = _report([_row("silu_and_mul", "1x14336", 3.0, 1.5)])
+    assert "0 of 1 within 1.3x" in report.goals()[-1] and "1.50x" in report.goals()[-1]
+
+
+def test_markdown_and_chart_show_every_row_and_what_was_not_measured():
+    rows = [_row("silu_and_mul", "16x4096", 2.0, 1.0, torch_compile_us=1.3, torch_compile_status="ok"),
+            _row("rmsnorm", "16x4096", 3.0, None, torch_compile_status="failed: no CUDA")]
+    rows[1].tuned_status = "excluded: no configuration runs here"
+    report = _report(rows)
+    text = benchmark.render_markdown(report, "astra bench --kernels silu_and_mul,rmsnorm")
+    assert "| silu_and_mul | 16x4096 | 2.00 | 1.00 | 2.000 |" in text
+    assert "rmsnorm 16x4096 tuned: excluded" in text and "torch.compile: failed: no CUDA" in text
+    assert "`astra bench --kernels silu_and_mul,rmsnorm`" in text
+    svg = benchmark.chart(report)
+    assert svg.startswith("<svg") and svg.count("<rect") >= 4 and "torch.compile" in svg
+
+
+def test_shipped_tables_are_per_gpu_kind():
+    table = benchmark.shipped_table("silu_and_mul", "NVIDIA H200")
+    assert table is not None and table.kernel == "silu_and_mul" and table.entries
+    assert benchmark.shipped_table("silu_and_mul", "NVIDIA A100-SXM4-80GB") is None
+    assert benchmark.shipped_table("topk_softmax", "NVIDIA H200") is None
+
+
+def test_load_table_names_a_missing_file(tmp_path):
+    with pytest.raises(suite.AstraError, match="no dispatch table at"):
+        benchmark.load_table(tmp_path)
+    (tmp_path / "dispatch.json").write_text(
+        json.dumps({"kernel": "rmsnorm", "dtype": "bf16", "variant": "default", "entries": []}))
+    assert benchmark.load_table(tmp_path).kernel == "rmsnorm"
+
+
+def test_bench_shape_sets(capsys):
+    folder = suite.load("silu_and_mul")
+    args = cli.build_parser().parse_args(["bench", "--set", "astra,odd"])
+    labels = [folder.spec.label(s) for s in cli._bench_shapes(folder, args)]
+    assert labels[:5] == ["16x4096", "32x5120", "32x8192", "16x12288", "64x8192"] and "5x12" in labels
+    args = cli.build_parser().parse_args(["bench", "--set", "decode"])
+    with pytest.raises(SystemExit, match="unknown shape set"):
+        cli._bench_shapes(folder, args)
+    # a kernel without an astra set simply has fewer shapes
+    args = cli.build_parser().parse_args(["bench", "--set", "astra"])
+    assert cli._bench_shapes(suite.load("topk_softmax"), args) == []
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the behaviour of a machine with no GPU")
+def test_bench_without_gpu_says_so(capsys):
+    assert cli.main(["bench", "--kernels", "silu_and_mul"]) == 2
+    assert "no GPU here" in capsys.readouterr().out
+
+
+def test_bench_refuses_shapes_for_several_kernels():
+    with pytest.raises(SystemExit, match="exactly one kernel"):
+        cli.main(["bench", "--kernels", "silu_and_mul,rmsnorm", "--shapes", "16x4096"])
+
+
+def test_goals_state_what_a_same_bytes_copy_would_give():
+    rows = [_row("silu_and_mul", "16x4096", 2.0, 1.6, copy_us=1.5), _row("silu_and_mul", "1x14336", 2.0, 1.7, copy_us=1.4)]
+    goals = "\n".join(_report(rows).goals())
+    assert "a plain copy of the same bytes would be 1.333x" in goals  # only 16x4096 is one of Astra's shapes
+    assert "a plain copy of the same bytes takes 1.40x to 1.50x of it" in goals
