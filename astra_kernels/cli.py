@@ -215,32 +215,57 @@ def cmd_space(args) -> int:
 
 def cmd_tune(args) -> int:
     """Search the template's space at each shape on the local GPU; write the results and a report."""
-    from rich.progress import Progress
-
-    from astra_kernels.kernels_sglang import suite, tuning
-    from astra_kernels.tools import EvaluationWorker
+    from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.device import gpu_available
-    from astra_kernels.tools.results import ResultsStore
-    from astra_kernels.tools.runner import Budget, StoredEvaluator
 
     folder = suite.load(args.kernel)
     spec = folder.spec
     shapes = _shapes(folder, args) or spec.shapes.get("astra") or spec.shapes["serving"]
     dtype = args.dtype or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
+    if args.replay:
+        return _tune(args, folder, shapes, dtype, replay=Path(args.replay))
     if not gpu_available():
         console.print(
             "[yellow]no GPU here:[/yellow] tuning measures kernels, so it needs an NVIDIA GPU. What runs "
             f"without one: `astra space {spec.name} --shape {spec.label(shapes[0])}` (the pruned search "
             f"space, compiled), `astra check {spec.name}` (compiles the baseline and sampled configurations).")
         return 2
+    return _tune(args, folder, shapes, dtype)
+
+
+def _tune(args, folder, shapes, dtype, replay: Path | None = None) -> int:
+    """The tuning run proper, on the local GPU or replayed from a recorded results store (whose
+    copy in the output folder becomes the run's store, so the recording itself is never written)."""
+    import gzip
+    import shutil
+
+    from rich.progress import Progress
+
+    from astra_kernels.kernels_sglang import tuning
+    from astra_kernels.tools import EvaluationWorker
+    from astra_kernels.tools.replay import ReplayWorker
+    from astra_kernels.tools.results import ResultsStore
+    from astra_kernels.tools.runner import Budget, StoredEvaluator
+
+    spec = folder.spec
     out = Path(args.out or f"out/{spec.name}")
     store_path = Path(args.store or out / "results.sqlite")
+    if replay is not None:
+        if not replay.is_file():
+            console.print(f"[red]error:[/red] no results store at {replay} to replay")
+            return 2
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        opener = gzip.open if replay.suffix == ".gz" else open
+        with opener(replay, "rb") as source, open(store_path, "wb") as target:
+            shutil.copyfileobj(source, target)
     seconds = args.seconds
     if seconds is None and args.budget is None:
         seconds = tuning.DEFAULT_SEARCH_SECONDS / len(shapes)
     budget = Budget(evaluations=args.budget, seconds=seconds)
     verify = {"tuned": [], "sets": spec.all_shapes()}[args.verify]
-    with EvaluationWorker(device_index=args.gpu) as worker, ResultsStore(store_path) as store:
+    worker_context = (ReplayWorker(store_path, recording=replay) if replay is not None
+                      else EvaluationWorker(device_index=args.gpu))
+    with worker_context as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task(f"tuning {spec.name} on {worker.device['name']}", total=None)
@@ -324,6 +349,10 @@ def cmd_bench(args) -> int:
     from astra_kernels.tools import EvaluationWorker
     from astra_kernels.tools.device import gpu_available
 
+    if args.from_json:
+        report = benchmark.merge([benchmark.BenchReport.model_validate_json(Path(p).read_text())
+                                  for p in args.from_json])
+        return _bench_outputs(args, report)
     names = args.kernels.split(",") if args.kernels else suite.names()
     folders = [suite.load(n) for n in names]
     if args.shapes and len(folders) != 1:
@@ -355,9 +384,16 @@ def cmd_bench(args) -> int:
             console.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
         report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
+                                 command="astra bench " + " ".join(args.argv),
                                  input_layout=args.layout, checkpoint=checkpoint,
                                  progress=lambda label: console.print(f"[dim]{label}[/dim]", highlight=False))
-    command = "astra bench " + " ".join(args.argv)
+    return _bench_outputs(args, report)
+
+
+def _bench_outputs(args, report) -> int:
+    from astra_kernels.kernels_sglang import benchmark
+
+    out = Path(args.out) if args.out else None
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -372,7 +408,7 @@ def cmd_bench(args) -> int:
     if out:
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench.json").write_text(report.model_dump_json(indent=2))
-        (out / "bench.md").write_text(benchmark.render_markdown(report, command.strip()))
+        (out / "bench.md").write_text(benchmark.render_markdown(report))
         (out / "bench.svg").write_text(benchmark.chart(report))
         if not args.json:
             console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
@@ -515,6 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", help="output folder (default out/KERNEL)")
     tune.add_argument("--store", help="results store (default OUT/results.sqlite)")
+    tune.add_argument("--replay", metavar="STORE",
+                      help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
+                           ".sqlite.gz), refusing what it lacks; copied to the run's store first")
     tune.add_argument("--gpu", type=int, default=0)
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(func=cmd_tune)
@@ -557,6 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
                        help="rotating input sets packed in one allocation (default) or one allocation per buffer")
     bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here")
+    bench.add_argument("--from", dest="from_json", nargs="+", metavar="JSON",
+                       help="no GPU: render (and merge) the bench.json of earlier runs instead of measuring")
     bench.add_argument("--gpu", type=int, default=0)
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(func=cmd_bench)

@@ -78,6 +78,7 @@ class TuneReport(BaseModel):
     device: str
     arch: str
     date: str
+    replayed_from: str | None = None  # a results store answered instead of a GPU (tools/replay.py)
     shapes: list[ShapeResult] = Field(default_factory=list)
     general: dict[str, int] | None = None
     general_us: dict[str, float] = Field(default_factory=dict)
@@ -104,7 +105,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     limits = limits_for(arch, sms, worker.device.get("max_shared_per_block_optin"))
     base = suite.base_options(dtype, spec.variants[variant], arch)
     report = TuneReport(kernel=spec.name, dtype=dtype, variant=variant, strategy=strategy,
-                        device=worker.device["name"], arch=arch,
+                        device=worker.device["name"], arch=arch, replayed_from=worker.device.get("replay"),
                         date=datetime.now(UTC).isoformat(timespec="seconds"))
 
     requests = _Requests(folder, dtype, variant, limits)
@@ -316,6 +317,10 @@ def convergence(outcome: SearchOutcome) -> list[tuple[float, float]]:
     return points
 
 
+def _measured(outcome: SearchOutcome) -> int:
+    return sum(t.status != "unrecorded" for t in outcome.trials)
+
+
 def _fmt(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value else "—"
 
@@ -327,13 +332,19 @@ def render_markdown(report: TuneReport) -> str:
         f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
         "CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks.",
         "",
+    ]
+    if report.replayed_from:
+        lines += [f"Replayed from the results store `{report.replayed_from}`: every time below was measured "
+                  f"on the {report.device} of that recording; candidates it holds no measurement of are "
+                  "left out of the counts, never estimated.", ""]
+    lines += [
         "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated (stopped by) | baseline us | search best us | speedup | dispatched us (from) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report.shapes:
         lines.append(
             f"| {s.label} | {s.space_total} | {s.space_after_constraints} | {s.space_after_compile} | "
-            f"{s.space_candidates} | {s.search.strategy} | {len(s.search.trials)} ({s.search.stopped_by}) | "
+            f"{s.space_candidates} | {s.search.strategy} | {_measured(s.search)} ({s.search.stopped_by}) | "
             f"{_fmt(s.baseline_us)} | {_fmt(s.search.best_us)} | {_fmt(s.speedup, 3)} | "
             f"{_fmt(s.dispatch_us)} ({s.dispatch_from or '—'}) |")
     geo = report.geomean_speedup()

@@ -27,7 +27,8 @@ from .ceiling import copy_bandwidth
 from .timing import Timing, rotation_count, time_graph, time_stream
 
 Status = Literal[
-    "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout"
+    "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout",
+    "unrecorded",  # a replay (tools/replay.py) has no measurement of this candidate: nothing ran
 ]
 
 

@@ -84,7 +84,8 @@ class StoredEvaluator:
         if (stored := self.store.get(key)) is not None:
             return stored, True
         result = self.worker.evaluate(request)
-        self.store.put(key, request, result, run_id=self.run_id, **labels)
+        if result.status != "unrecorded":  # a replay's refusal is not a measurement
+            self.store.put(key, request, result, run_id=self.run_id, **labels)
         return result, False
 
 
