@@ -38,6 +38,7 @@ BANDWIDTH_GOAL = 0.90
 DECODE_TOKENS = 16  # shapes of at most this many tokens must come within DECODE_GOAL of the launch floor
 DECODE_GOAL = 1.3
 SPEEDUP_GOAL = 1.8
+MIN_NOISE = 0.01  # differences under 1% are never read as slower or faster
 
 
 def device_key(name: str) -> str | None:
@@ -92,6 +93,15 @@ class BenchRow(BaseModel):
         return self.baseline_us / self.tuned_us if self.baseline_us and self.tuned_us else None
 
     @property
+    def slower(self) -> bool:
+        """Slower than the baseline by more than the timing spread of either measurement (design.md:
+        versions are compared only beyond the spread of timing one of them twice)."""
+        if self.speedup is None:
+            return False
+        noise = max(self.baseline_spread or 0.0, self.tuned_spread or 0.0, MIN_NOISE)
+        return self.tuned_us > self.baseline_us * (1.0 + noise)
+
+    @property
     def fraction_of_copy_bandwidth(self) -> float | None:
         return self.floor_us / self.tuned_us if self.floor_us and self.tuned_us else None
 
@@ -108,16 +118,20 @@ class BenchReport(BaseModel):
     copy_bandwidth_gbs: float | None = None
     launch_floor_us: float | None = None
     torch_version: str = ""
+    commands: list[str] = Field(default_factory=list)  # what measured these rows
     rows: list[BenchRow] = Field(default_factory=list)
 
     def goals(self) -> list[str]:
         """Issue 5's goals as this run measured them, one line each."""
         lines = []
-        slower = [r for r in self.rows if r.speedup is not None and r.speedup < 1.0]
+        slower = [r for r in self.rows if r.slower]
         timed = [r for r in self.rows if r.speedup is not None]
+        ties = [r for r in timed if r.speedup < 1.0 and not r.slower]
         lines.append(f"never slower than the baseline: {len(timed) - len(slower)} of {len(timed)} shapes"
                      + (" (slower: " + ", ".join(f"{r.kernel} {r.label} {r.speedup:.3f}x" for r in slower) + ")"
-                        if slower else ""))
+                        if slower else "")
+                     + (f"; {len(ties)} within the timing spread of it (" +
+                        ", ".join(f"{r.kernel} {r.label} {r.speedup:.3f}x" for r in ties) + ")" if ties else ""))
         astra = [r for r in self.rows if r.kernel in ASTRA_KERNELS and r.speedup
                  and r.shape in suite.load(r.kernel).spec.shapes.get("astra", [])]
         if astra:
@@ -147,6 +161,26 @@ class BenchReport(BaseModel):
         return lines
 
 
+def merge(reports: list[BenchReport]) -> BenchReport:
+    """Several runs on one kind of GPU as one report (a suite split over calls, say)."""
+    if not reports:
+        raise suite.AstraError("no benchmark report to merge")
+    devices = {r.device for r in reports}
+    if len(devices) > 1:
+        raise suite.AstraError(f"benchmark reports from different GPUs cannot be merged: {', '.join(sorted(devices))}")
+    first = reports[0]
+    floors = [r.launch_floor_us for r in reports if r.launch_floor_us]
+    bandwidths = [r.copy_bandwidth_gbs for r in reports if r.copy_bandwidth_gbs]
+    return first.model_copy(update={
+        "rows": [row for r in reports for row in r.rows],
+        "launch_floor_us": min(floors) if floors else None,
+        "copy_bandwidth_gbs": max(bandwidths) if bandwidths else None,
+        "date": min(r.date for r in reports),
+        "torch_version": next((r.torch_version for r in reports if r.torch_version), ""),
+        "commands": [c for r in reports for c in r.commands],
+    })
+
+
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
@@ -160,7 +194,7 @@ def _time_of(result: EvaluationResult) -> tuple[float | None, float | None, str]
 def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf16",
           tables: dict[str, DispatchTable | None] | None = None, torch_modes: tuple[str, ...] = ("eager", "compile"),
           input_layout: str = "arena", progress: Callable[[str], None] | None = None,
-          checkpoint: Callable[[BenchReport], None] | None = None) -> BenchReport:
+          checkpoint: Callable[[BenchReport], None] | None = None, command: str = "") -> BenchReport:
     """Time every (kernel, shape) of `kernels` on the worker's GPU; see the module docstring.
 
     `tables` maps a kernel to its dispatch table (None: no tuned column for it). Each kernel's
@@ -168,7 +202,7 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
     each row, so a run cut short keeps what it measured.
     """
     device = worker.device
-    report = BenchReport(device=device["name"], arch=device["arch"], dtype=dtype,
+    report = BenchReport(device=device["name"], arch=device["arch"], dtype=dtype, commands=[command] if command else [],
                          date=datetime.now(UTC).isoformat(timespec="seconds"))
     sms = device.get("multiprocessors") or suite.DEFAULT_SMS
     empty = empty_request()
@@ -249,10 +283,11 @@ def table_rows(report: BenchReport) -> list[list[str]]:
             for r in report.rows]
 
 
-def render_markdown(report: BenchReport, command: str = "astra bench") -> str:
+def render_markdown(report: BenchReport) -> str:
+    commands = "; ".join(f"`{c}`" for c in report.commands) or "not recorded"
     lines = [
         f"# Benchmark: {report.device} ({report.arch}), {report.date}", "",
-        f"Command: `{command}`. dtype {report.dtype}; copy bandwidth {_fmt(report.copy_bandwidth_gbs, 0)} GB/s; "
+        f"Measured by {commands}. dtype {report.dtype}; copy bandwidth {_fmt(report.copy_bandwidth_gbs, 0)} GB/s; "
         f"launch floor (empty kernel, graph replay) {_fmt(report.launch_floor_us)} us"
         + (f"; PyTorch {report.torch_version}" if report.torch_version else "; PyTorch not installed") + ".",
         "Every time is a CUDA-graph replay median over rotating input sets (cold L2), after the checks "

@@ -49,7 +49,8 @@ def test_markdown_and_chart_show_every_row_and_what_was_not_measured():
             _row("rmsnorm", "16x4096", 3.0, None, torch_compile_status="failed: no CUDA")]
     rows[1].tuned_status = "excluded: no configuration runs here"
     report = _report(rows)
-    text = benchmark.render_markdown(report, "astra bench --kernels silu_and_mul,rmsnorm")
+    report.commands = ["astra bench --kernels silu_and_mul,rmsnorm"]
+    text = benchmark.render_markdown(report)
     assert "| silu_and_mul | 16x4096 | 2.00 | 1.00 | 2.000 |" in text
     assert "rmsnorm 16x4096 tuned: excluded" in text and "torch.compile: failed: no CUDA" in text
     assert "`astra bench --kernels silu_and_mul,rmsnorm`" in text
@@ -101,3 +102,29 @@ def test_goals_state_what_a_same_bytes_copy_would_give():
     goals = "\n".join(_report(rows).goals())
     assert "a plain copy of the same bytes would be 1.333x" in goals  # only 16x4096 is one of Astra's shapes
     assert "a plain copy of the same bytes takes 1.40x to 1.50x of it" in goals
+
+
+def test_a_difference_within_the_timing_spread_is_not_slower():
+    tie = _row("silu_and_mul", "2048x14336", 43.84, 43.92, baseline_spread=0.004, tuned_spread=0.02)
+    slow = _row("silu_and_mul", "128x14336", 5.0, 5.2, baseline_spread=0.01, tuned_spread=0.01)
+    assert not tie.slower and slow.slower
+    line = _report([tie, slow]).goals()[0]
+    assert "1 of 2 shapes (slower: silu_and_mul 128x14336 0.962x)" in line
+    assert "1 within the timing spread of it (silu_and_mul 2048x14336 0.998x)" in line
+
+
+def test_reports_of_one_gpu_merge_and_render_without_one(tmp_path, capsys):
+    a = _report([_row("silu_and_mul", "16x4096", 2.0, 1.0)])
+    a.commands = ["astra bench --kernels silu_and_mul"]
+    b = _report([_row("rmsnorm", "16x4096", 3.0, 2.0)]).model_copy(update={"launch_floor_us": 0.8})
+    b.commands = ["astra bench --kernels rmsnorm"]
+    for name, report in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(report.model_dump_json())
+    assert cli.main(["bench", "--from", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "o")]) == 0
+    text = (tmp_path / "o" / "bench.md").read_text()
+    assert "`astra bench --kernels silu_and_mul`; `astra bench --kernels rmsnorm`" in text
+    assert "| silu_and_mul | 16x4096 |" in text and "| rmsnorm | 16x4096 |" in text
+    assert "launch floor (empty kernel, graph replay) 0.80 us" in text
+    other = _report([]).model_copy(update={"device": "NVIDIA H100 80GB HBM3"})
+    with pytest.raises(suite.AstraError, match="different GPUs"):
+        benchmark.merge([a, other])
