@@ -31,21 +31,21 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def _frame(title: str, ylabel: str, xlabel: str, ticks: list[float]) -> list[str]:
+def _frame(title: str, ylabel: str, xlabel: str, ticks: list[float], width: int = WIDTH) -> list[str]:
     plot_h = HEIGHT - TOP - BOTTOM
     low, high = ticks[0], ticks[-1]
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{HEIGHT}" '
+        f'viewBox="0 0 {width} {HEIGHT}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14">{escape(title)}</text>',
         f'<text x="14" y="{TOP + plot_h / 2}" transform="rotate(-90 14 {TOP + plot_h / 2})" '
         f'text-anchor="middle">{escape(ylabel)}</text>',
-        f'<text x="{LEFT + (WIDTH - LEFT - RIGHT) / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(xlabel)}</text>',
+        f'<text x="{LEFT + (width - LEFT - RIGHT) / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(xlabel)}</text>',
     ]
     for tick in ticks:
         y = TOP + plot_h * (1 - (tick - low) / (high - low))
-        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:.4g}</text>')
     return parts
 
@@ -82,17 +82,18 @@ def grouped_bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float
     shown = [v for values in series.values() for v in values if v is not None]
     ticks = _ticks(0.0, max(shown + ([reference] if reference is not None else []), default=1.0) * 1.1)
     high = ticks[-1]
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    parts = _frame(title, ylabel, xlabel, ticks)
+    width = max(WIDTH, LEFT + RIGHT + 36 * len(labels))  # a readable slot per label, however many
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    parts = _frame(title, ylabel, xlabel, ticks, width)
     slot = plot_w / max(1, len(labels))
-    width = slot * 0.8 / max(1, len(series))
+    bar = slot * 0.8 / max(1, len(series))
     for i, label in enumerate(labels):
         x = LEFT + i * slot + slot * 0.1
         for j, (name, values) in enumerate(series.items()):
             value = values[i]
             if value is not None:
                 h = plot_h * value / high
-                parts.append(f'<rect x="{x + j * width:.1f}" y="{TOP + plot_h - h:.1f}" width="{width:.1f}" '
+                parts.append(f'<rect x="{x + j * bar:.1f}" y="{TOP + plot_h - h:.1f}" width="{bar:.1f}" '
                              f'height="{h:.1f}" fill="{COLOURS[j % len(COLOURS)]}">'
                              f'<title>{escape(label)} {escape(name)}: {value:.3g}</title></rect>')
         cx, cy = LEFT + i * slot + slot / 2, TOP + plot_h + 12
@@ -100,10 +101,10 @@ def grouped_bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float
                      f'transform="rotate(45 {cx:.1f} {cy:.1f})">{escape(label)}</text>')
     if reference is not None:
         y = TOP + plot_h * (1 - reference / high)
-        parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
+        parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
                      'stroke="black" stroke-dasharray="5,4"/>')
     for j, name in enumerate(series):
-        lx = WIDTH - RIGHT - 130 * (len(series) - j)
+        lx = width - RIGHT - 130 * (len(series) - j)
         parts.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="{COLOURS[j % len(COLOURS)]}"/>')
         parts.append(f'<text x="{lx + 14}" y="37">{escape(name)}</text>')
     return "\n".join(parts + ["</svg>"]) + "\n"
