@@ -56,14 +56,22 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Roots of the closure: the project's pure-Python-agent dependencies.  The CUDA
-# packages (cuda-bindings, nvidia-cuda-*) and numpy are left out on purpose:
-# GPU nodes usually have them, and a second numpy on PYTHONPATH would shadow the
-# one torch was built against.  Name them on the command line if a node lacks
-# them.  The closure adds pydantic-core, annotated-types, typing-inspection,
-# typing-extensions, markdown-it-py, mdurl, pygments (and numpy, via ml-dtypes,
-# unless --skip numpy).
-DEFAULT_REQUIREMENTS = ("pydantic", "ml-dtypes", "rich")
+# Roots of the closure: the project's own dependencies (pyproject.toml), less
+# what a GPU node that runs SGLang already has. The CUDA packages (cuda-bindings,
+# cuda-pathfinder, nvidia-cuda-*) and numpy are left out on purpose: a second
+# numpy on PYTHONPATH would shadow the one torch was built against. Name them
+# on the command line if a node lacks them. Read from pyproject.toml rather
+# than listed here, so a new dependency (LangGraph, Optuna, ...) cannot be
+# forgotten by the wheelhouse.
+NODE_PROVIDED = frozenset({"numpy", "cuda-bindings", "cuda-pathfinder", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime"})
+
+
+def project_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> tuple[str, ...]:
+    """[project].dependencies of pyproject.toml, less NODE_PROVIDED."""
+    import tomllib
+
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return tuple(d for d in deps if normalize_name(_NAME_RE.match(d).group(1)) not in NODE_PROVIDED)
 
 # pip (at least up to 23.x) does not expand an explicit manylinux_2_28 tag to
 # the older glibc tags it implies, so list them all: glibc 2.28 (RHEL 8,
@@ -408,6 +416,9 @@ def install_instructions(out: Path, python_version: str) -> str:
         f'export PATH={site}/bin:$PATH',
         "astra --help",
     ])
+
+
+DEFAULT_REQUIREMENTS = project_requirements()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -348,3 +348,9 @@ def test_copy_source_leaves_build_outputs_behind(tmp_path):
     assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file()) == [
         "astra_kernels/__init__.py", "pyproject.toml", "tools/x.py",
     ]
+
+
+def test_default_roots_are_the_projects_dependencies_less_what_gpu_nodes_have():
+    names = {bw.normalize_name(bw._NAME_RE.match(r).group(1)) for r in bw.DEFAULT_REQUIREMENTS}
+    assert {"pydantic", "langgraph", "langchain-openai", "optuna", "ml-dtypes"} <= names
+    assert not names & bw.NODE_PROVIDED
