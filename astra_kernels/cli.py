@@ -261,7 +261,7 @@ def _tune(args, folder, shapes, dtype, replay: Path | None = None) -> int:
     seconds = args.seconds
     if seconds is None and args.budget is None:
         seconds = tuning.DEFAULT_SEARCH_SECONDS / len(shapes)
-    budget = Budget(evaluations=args.budget, seconds=seconds)
+    budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
     verify = {"tuned": [], "sets": spec.all_shapes()}[args.verify]
     worker_context = (ReplayWorker(store_path, recording=replay) if replay is not None
                       else EvaluationWorker(device_index=args.gpu))
@@ -542,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="search seconds per shape (default: without --budget, "
                            f"{DEFAULT_SEARCH_SECONDS:.0f} s shared by the shapes)")
     tune.add_argument("--rounds", type=int, default=3, help="planned search rounds per shape (default 3)")
+    tune.add_argument("--at-least", type=int, default=8,
+                      help="evaluations per shape that --seconds cannot cut short (default 8): a large "
+                           "shape's evaluation takes seconds, and its share of the time alone may allow two")
     tune.add_argument("--max-spill-bytes", type=int, default=0,
                       help="prune configurations that spill more than this to local memory (default 0)")
     tune.add_argument("--verify", choices=["tuned", "sets"], default="tuned",

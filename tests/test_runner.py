@@ -83,3 +83,22 @@ def test_seconds_budget_stops_the_search(store):
     outcome = search(make_strategy("exhaustive", SPACE), request_for, StoredEvaluator(ScriptedWorker(), store),
                      Budget(seconds=0.0))
     assert outcome.stopped_by == "seconds" and not outcome.trials and outcome.best_config is None
+
+
+def test_at_least_evaluations_outlast_the_seconds(store):
+    evaluator = StoredEvaluator(ScriptedWorker(), store)
+    outcome = search(make_strategy("exhaustive", SPACE), request_for, evaluator, Budget(seconds=0.0, at_least=4))
+    assert len(outcome.trials) == 4 and outcome.stopped_by == "seconds"
+
+
+def test_at_least_is_shared_by_the_rounds(store):
+    from astra_kernels.tools.planner import RoundPlan
+    from astra_kernels.tools.runner import search_rounds
+
+    def plan(trials):
+        return RoundPlan(action="widen", candidates=[c for c in SPACE if c not in [t.config for t in trials]],
+                         reasons=["the rest"])
+
+    outcome = search_rounds("exhaustive", SPACE, request_for, StoredEvaluator(ScriptedWorker(), store),
+                            Budget(seconds=0.0, at_least=6), rounds=3, plan=plan)
+    assert len(outcome.trials) == 6 and [r.evaluated for r in outcome.rounds] == [2, 2, 2]

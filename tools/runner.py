@@ -35,6 +35,9 @@ class Evaluator(Protocol):
 class Budget(BaseModel):
     evaluations: int | None = None
     seconds: float | None = None
+    # Evaluations the time limit cannot cut short: at a large shape one evaluation takes seconds
+    # (its float64 checks), and a share of the time alone left searches of two candidates.
+    at_least: int = 0
 
 
 class Trial(BaseModel):
@@ -104,7 +107,8 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
         if budget.evaluations is not None and len(outcome.trials) >= budget.evaluations:
             outcome.stopped_by = "evaluations"
             break
-        if budget.seconds is not None and time.perf_counter() - started >= budget.seconds:
+        if (budget.seconds is not None and time.perf_counter() - started >= budget.seconds
+                and len(outcome.trials) >= budget.at_least):
             outcome.stopped_by = "seconds"
             break
         config = strategy.ask()
@@ -159,11 +163,12 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
             else -(-(budget.evaluations - len(outcome.trials)) // left),
             seconds=None if budget.seconds is None
             else (budget.seconds - (time.perf_counter() - started)) / left,
+            at_least=-(-max(0, budget.at_least - len(outcome.trials)) // left),
         )
         if share.evaluations is not None and share.evaluations <= 0:
             outcome.stopped_by = "evaluations"
             break
-        if share.seconds is not None and share.seconds <= 0:
+        if share.seconds is not None and share.seconds <= 0 and share.at_least == 0:
             outcome.stopped_by = "seconds"
             break
         found = search(make_strategy(strategy, pool, seed + index), request_for, evaluate, share,
