@@ -233,38 +233,46 @@ def cmd_tune(args) -> int:
     return _tune(args, folder, shapes, dtype)
 
 
-def _tune(args, folder, shapes, dtype, replay: Path | None = None) -> int:
-    """The tuning run proper, on the local GPU or replayed from a recorded results store (whose
-    copy in the output folder becomes the run's store, so the recording itself is never written)."""
+def _replay_store(recording: Path, store_path: Path):
+    """A ReplayWorker over a working copy of `recording` at `store_path` (the run's store), or None
+    after saying why not."""
     import gzip
     import shutil
 
+    from astra_kernels.tools.replay import ReplayWorker
+
+    if not recording.is_file():
+        console.print(f"[red]error:[/red] no results store at {recording} to replay")
+        return None
+    store_path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if recording.suffix == ".gz" else open
+    with opener(recording, "rb") as source, open(store_path, "wb") as target:
+        shutil.copyfileobj(source, target)
+    return ReplayWorker(store_path, recording=recording)
+
+
+def _tune(args, folder, shapes, dtype, replay: Path | None = None) -> int:
+    """The tuning run proper, on the local GPU or replayed from a recorded results store (whose
+    copy in the output folder becomes the run's store, so the recording itself is never written)."""
     from rich.progress import Progress
 
     from astra_kernels.kernels_sglang import tuning
     from astra_kernels.tools import EvaluationWorker
-    from astra_kernels.tools.replay import ReplayWorker
     from astra_kernels.tools.results import ResultsStore
     from astra_kernels.tools.runner import Budget, StoredEvaluator
 
     spec = folder.spec
     out = Path(args.out or f"out/{spec.name}")
     store_path = Path(args.store or out / "results.sqlite")
-    if replay is not None:
-        if not replay.is_file():
-            console.print(f"[red]error:[/red] no results store at {replay} to replay")
-            return 2
-        store_path.parent.mkdir(parents=True, exist_ok=True)
-        opener = gzip.open if replay.suffix == ".gz" else open
-        with opener(replay, "rb") as source, open(store_path, "wb") as target:
-            shutil.copyfileobj(source, target)
+    replayed = None
+    if replay is not None and (replayed := _replay_store(replay, store_path)) is None:
+        return 2
     seconds = args.seconds
     if seconds is None and args.budget is None:
         seconds = tuning.DEFAULT_SEARCH_SECONDS / len(shapes)
     budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
     verify = {"tuned": [], "sets": spec.all_shapes()}[args.verify]
-    worker_context = (ReplayWorker(store_path, recording=replay) if replay is not None
-                      else EvaluationWorker(device_index=args.gpu))
+    worker_context = replayed or EvaluationWorker(device_index=args.gpu)
     with worker_context as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
         with Progress(console=console, transient=True) as bar:
@@ -435,9 +443,14 @@ def cmd_optimize(args) -> int:
         reasoning_effort=args.reasoning_effort, timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
         wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
         approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
-    if not gpu_available():
+    if args.replay:
+        context.evaluator = _replay_store(Path(args.replay), Path(context.results))
+        if context.evaluator is None:
+            return 2
+    elif not gpu_available():
         console.print("[yellow]no GPU here:[/yellow] the agent measures every candidate, so it needs an NVIDIA "
                       f"GPU. What runs without one: `astra space {folder.name}`, `astra check {folder.name}`, "
+                      f"`astra optimize {folder.name} --replay STORE` (answers from a recorded results store), "
                       "and the agent's tests (`pytest tests/test_agent_graph.py`).")
         return 2
     out.mkdir(parents=True, exist_ok=True)
@@ -582,6 +595,9 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--checkpoints", help="checkpoint database (default OUT/checkpoints.sqlite)")
     optimize.add_argument("--store", help="results store (default OUT/results.sqlite)")
     optimize.add_argument("--out", help="output folder (default out/KERNEL-agent)")
+    optimize.add_argument("--replay", metavar="STORE",
+                          help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
+                               ".sqlite.gz), refusing what it lacks; copied to the run's store first")
     optimize.add_argument("--gpu", type=int, default=0)
     optimize.add_argument("--json", action="store_true")
     optimize.set_defaults(func=cmd_optimize)

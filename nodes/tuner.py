@@ -38,16 +38,19 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                          progress=progress)
     measurements, configs = [], {}
     for shaped in report.shapes:
-        best = shaped.search.best_config
+        best, best_us = shaped.search.best_config, shaped.search.best_us
+        entry = next((e for e in report.dispatch.entries if e.shape == shaped.shape), None) if report.dispatch else None
+        if entry is not None and entry.source == "template" and entry.median_us is not None:
+            best, best_us = entry.config, entry.median_us  # another shape's winner can be faster here
         trial = next((t for t in shaped.search.trials if t.config == best), None)
         configs[shaped.label] = best or {}
         measurements.append(ShapeMeasurement(
             label=shaped.label, status="ok" if best else "incorrect", config=best or {},
-            median_us=shaped.search.best_us, message="" if best else "no configuration was correct here",
+            median_us=best_us, message="" if best else "no configuration was correct here",
             fraction_of_copy_bandwidth=trial.fraction_of_copy_bandwidth if trial else None))
+    measured = sum(t.status != "unrecorded" for s in report.shapes for t in s.search.trials)
     candidate = Candidate(id=next_id(state), origin="tune", source=source, configs=configs, measurements=measurements,
-                          rationale=f"{report.strategy} search, {sum(len(s.search.trials) for s in report.shapes)} "
-                                    "evaluations")
+                          rationale=f"{report.strategy} search, {measured} evaluations")
     tuned = [*state.get("tuned", []), template_key(source)]
     if any(m.status != "ok" for m in measurements):
         bad = next(m for m in measurements if m.status != "ok")

@@ -36,8 +36,10 @@ class ReplayWorker:
             raise AstraError(f"{self.store_path} has no measurement from {device!r}; it has "
                              + ", ".join(d for d, _ in devices))
         name, arch = chosen[0]
-        self.device = {"name": name, "arch": arch, "multiprocessors": None,
-                       "max_shared_per_block_optin": None, "replay": str(recording or self.store_path)}
+        # The recording does not hold the GPU's multiprocessor count: callers fall back to their
+        # default (132, an H100 or H200), and a candidate whose launch depends on it differently
+        # simply finds no record.
+        self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path)}
         self.restarts = 0
 
     @staticmethod

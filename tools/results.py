@@ -83,7 +83,10 @@ class ResultsStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        # Not bound to its creating thread: a graph's nodes may run on another thread than the one
+        # that opened the store, and the process closes it at exit; uses never overlap.
+        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                   check_same_thread=False)
         try:
             with self._guard("open"):
                 self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
