@@ -20,14 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.kernels_sglang.benchmark import device_key
 from astra_kernels.tools import EvaluationWorker
-
-
-def device_key(name: str) -> str | None:
-    for key in ("H200", "H100"):
-        if key in name:
-            return key
-    return None
 
 
 def main(argv=None) -> int:

@@ -66,19 +66,23 @@ def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
     assert "| 16x4096 | 40 |" in (tmp_path / "out" / "report.md").read_text()
 
 
-class BaselineWinsAt64(ScriptedWorker):
-    """The baseline beats every configuration at 64 tokens."""
+class TimedBaseline(ScriptedWorker):
+    """The baseline takes `us` (at the shapes whose label contains `where`, or everywhere)."""
+
+    def __init__(self, us: float, where: str = ""):
+        super().__init__()
+        self.us, self.where = us, where
 
     def evaluate(self, request):
         result = super().evaluate(request)
-        if request.label.endswith("baseline") and "64x8192" in request.label:
-            result.timing = result.timing.model_copy(update={"median_us": 0.1})
+        if request.label.endswith("baseline") and self.where in request.label:
+            result.timing = result.timing.model_copy(update={"median_us": self.us})
         return result
 
 
 def test_the_table_keeps_the_baseline_where_nothing_beat_it(tmp_path):
     with ResultsStore(tmp_path / "r.sqlite") as store:
-        report = run(store, BaselineWinsAt64(), strategy="exhaustive")
+        report = run(store, TimedBaseline(0.1, "64x8192"), strategy="exhaustive")
     at64 = report.shapes[1]
     assert at64.dispatch_from == "baseline" and at64.dispatch_us == 0.1
     assert report.dispatch.pick({"T": 64, "D": 8192}) == ({}, "tuned: the baseline", "baseline")
@@ -87,17 +91,9 @@ def test_the_table_keeps_the_baseline_where_nothing_beat_it(tmp_path):
     assert "| 0.10 (baseline) |" in tuning.render_markdown(report)
 
 
-class SlowBaseline(ScriptedWorker):
-    def evaluate(self, request):
-        result = super().evaluate(request)
-        if request.label.endswith("baseline"):
-            result.timing = result.timing.model_copy(update={"median_us": 100.0})
-        return result
-
-
 def test_each_entry_is_the_fastest_measured_at_its_shape(tmp_path):
     with ResultsStore(tmp_path / "r.sqlite") as store:
-        report = run(store, SlowBaseline(), strategy="exhaustive")
+        report = run(store, TimedBaseline(100.0), strategy="exhaustive")
     shape = report.shapes[0]
     own, faster = shape.search.best_config, {**shape.search.best_config, "UNROLL": 4}
     entry = tuning._entry(shape, [])
