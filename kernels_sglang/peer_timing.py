@@ -66,10 +66,8 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
 
     try:
         forward = peers.load_peer(kernel).forward
-        scalars = {p.name: p.value for p in problem.params if not p.is_buffer}
-        tensors = [p for p in problem.buffers if p.role in ("in", "inout")]
         case = seeded_case(problem, seed)  # shared with the evaluations of this shape
-        first = {p.name: peers.to_torch(case.inputs[p.name], "cuda") for p in tensors}
+        first, scalars = peers.arguments(problem, case.inputs, "cuda")
         if mode == "compile":
             started = time.perf_counter()
             # Each shape is a fresh compile: without a reset Dynamo counts every shape as a
@@ -107,15 +105,8 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
 
 def _check(problem, forward, case, scalars, variant) -> list[Check]:
     """Outputs and in-place arguments against the float64 reference; inputs left unchanged."""
-    tolerance = problem.tolerance
-    tensors = {p.name: peers.to_torch(case.inputs[p.name], "cuda")
-               for p in problem.buffers if p.role in ("in", "inout")}
-    outputs = forward(tensors, scalars, variant)
-    checks = []
-    for p in problem.buffers:
-        if p.role == "in":
-            checks.append(unchanged(p.name, case.inputs[p.name], peers.to_numpy(tensors[p.name])))
-        else:
-            got = peers.to_numpy(outputs[p.name] if p.role == "out" else tensors[p.name])
-            checks.append(compare(p.name, got, case.expected[p.name], tolerance(p.dtype)))
-    return checks
+    tensors, _ = peers.arguments(problem, case.inputs, "cuda")
+    got = peers.results(problem, tensors, forward(tensors, scalars, variant))
+    return [unchanged(p.name, case.inputs[p.name], peers.to_numpy(tensors[p.name])) if p.role == "in"
+            else compare(p.name, got[p.name], case.expected[p.name], problem.tolerance(p.dtype))
+            for p in problem.buffers]
