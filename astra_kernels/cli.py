@@ -215,7 +215,7 @@ def cmd_space(args) -> int:
 
 def cmd_tune(args) -> int:
     """Search the template's space at each shape on the local GPU; write the results and a report."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.kernels_sglang import recordings, suite
     from astra_kernels.tools.device import gpu_available
 
     folder = suite.load(args.kernel)
@@ -223,7 +223,7 @@ def cmd_tune(args) -> int:
     shapes = _shapes(folder, args) or spec.shapes.get("astra") or spec.shapes["serving"]
     dtype = args.dtype or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
     if args.replay:
-        return _tune(args, folder, shapes, dtype, replay=Path(args.replay))
+        return _tune(args, folder, shapes, dtype, replay=recordings.resolve(args.replay, folder.name))
     if not gpu_available():
         console.print(
             "[yellow]no GPU here:[/yellow] tuning measures kernels, so it needs an NVIDIA GPU. What runs "
@@ -432,7 +432,7 @@ def cmd_optimize(args) -> int:
     from langgraph.types import Command
 
     from astra_kernels.graph import RunContext, build_graph, recursion_limit
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.kernels_sglang import recordings, suite
     from astra_kernels.nodes.reporter import render
     from astra_kernels.tools.device import gpu_available
 
@@ -444,7 +444,7 @@ def cmd_optimize(args) -> int:
         wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
         approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
     if args.replay:
-        context.evaluator = _replay_store(Path(args.replay), Path(context.results))
+        context.evaluator = _replay_store(recordings.resolve(args.replay, folder.name), Path(context.results))
         if context.evaluator is None:
             return 2
     elif not gpu_available():
@@ -569,7 +569,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--store", help="results store (default OUT/results.sqlite)")
     tune.add_argument("--replay", metavar="STORE",
                       help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
-                           ".sqlite.gz), refusing what it lacks; copied to the run's store first")
+                           ".sqlite.gz, or `recorded` for the one shipped with the package), refusing what "
+                           "it lacks; copied to the run's store first")
     tune.add_argument("--gpu", type=int, default=0)
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(func=cmd_tune)
@@ -597,7 +598,8 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--out", help="output folder (default out/KERNEL-agent)")
     optimize.add_argument("--replay", metavar="STORE",
                           help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
-                               ".sqlite.gz), refusing what it lacks; copied to the run's store first")
+                               ".sqlite.gz, or `recorded` for the one shipped with the package), refusing "
+                               "what it lacks; copied to the run's store first")
     optimize.add_argument("--gpu", type=int, default=0)
     optimize.add_argument("--json", action="store_true")
     optimize.set_defaults(func=cmd_optimize)

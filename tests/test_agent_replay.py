@@ -1,5 +1,5 @@
 """The whole agent graph without a GPU, on real measurements: `astra optimize --replay` over the
-H200 recording of 2026-11-23 (bench/data). The rule-based planner tunes the template, the
+H200 recording of 2026-11-23 shipped with the package. The rule-based planner tunes the template, the
 profiler accepts the result, and the report carries the recorded times."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from astra_kernels import cli
 from astra_kernels.kernels_sglang import suite
 
 SPEC = suite.load("rmsnorm").spec
-RECORDING = Path(__file__).resolve().parents[1] / "bench/data/h200-2026-11-23/rmsnorm.sqlite.gz"
+RECORDING = Path(__file__).resolve().parents[1] / "kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz"
 
 
 def _recorded_baselines(tmp_path) -> dict[str, float]:

@@ -82,6 +82,7 @@ def test_wheel_keeps_everything_under_astra_kernels(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "astra_kernels/__init__.py" in names
     assert "astra_kernels/tools/__init__.py" in names
+    assert "astra_kernels/kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz" in names  # for --replay recorded
     top = {n.split("/", 1)[0] for n in names}
     for stray in ("tools", "graph", "nodes", "kernels_sglang", "tests", "bench", "scripts"):
         assert stray not in top, f"wheel installs a top-level {stray}/: {sorted(top)}"

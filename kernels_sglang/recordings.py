@@ -1,0 +1,66 @@
+"""Results stores recorded on real GPUs, shipped inside the package.
+
+A replay (`--replay`, the notebooks, LangGraph Studio, CI) must find real measurements on a
+machine that has only the installed package, not this repository; so the recordings live under
+`recorded/<device>-<date>/<kernel>.sqlite.gz` as package data, and `resolve` lets a user write
+`--replay recorded` (the newest recording of the kernel) or `recorded:h200-2026-11-23` instead
+of a path. Every number read from them was measured on the GPU their folder names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from astra_kernels.tools.errors import AstraError
+
+PREFIX = "recorded"
+
+
+@dataclass(frozen=True)
+class Recording:
+    kernel: str
+    session: str  # "<device>-<date>", e.g. "h200-2026-11-23"
+    path: Path
+
+    @property
+    def device(self) -> str:
+        return self.session.rsplit("-", 3)[0]
+
+    @property
+    def date(self) -> str:
+        return self.session.split("-", 1)[1]
+
+
+def _root() -> Path:
+    return Path(str(resources.files(__package__).joinpath(PREFIX)))
+
+
+def shipped() -> list[Recording]:
+    """Every shipped recording, oldest session first."""
+    root = _root()
+    if not root.is_dir():
+        return []
+    return [Recording(store.name.removesuffix(".sqlite.gz"), session.name, store)
+            for session in sorted(root.iterdir()) if session.is_dir()
+            for store in sorted(session.glob("*.sqlite.gz"))]
+
+
+def find(kernel: str, session: str | None = None) -> Recording:
+    """The newest shipped recording of `kernel` (or the one of `session`); names what exists if none."""
+    matches = [r for r in shipped() if r.kernel == kernel and (session is None or r.session == session)]
+    if not matches:
+        have = ", ".join(f"{r.session}/{r.kernel}" for r in shipped()) or "none"
+        where = f" from {session}" if session else ""
+        raise AstraError(f"no shipped recording of {kernel}{where}; shipped recordings: {have}. "
+                         "Record one with `astra tune KERNEL` on a GPU and pass its results store as --replay STORE")
+    return matches[-1]
+
+
+def resolve(spec: str, kernel: str) -> Path:
+    """`--replay`'s argument as a store path: `recorded`, `recorded:SESSION` or a file path."""
+    if spec == PREFIX or spec.startswith(PREFIX + ":"):
+        session = spec.partition(":")[2] or None
+        return find(kernel, session).path
+    return Path(spec)
