@@ -87,6 +87,12 @@ class BenchRow(BaseModel):
     torch_compile_status: str = ""
     sglang_us: float | None = None  # kernels.md's anchor for this device, when it has one
     copy_us: float | None = None  # a vector copy of the same bytes (half read, half written)
+    # The same three launched with programmatic dependent launch (--pdl; tools/pdl.py): reported
+    # beside the plain times, never mixed into the speedup, so each comparison has PDL on both sides.
+    baseline_pdl_us: float | None = None
+    tuned_pdl_us: float | None = None
+    copy_pdl_us: float | None = None
+    pdl_status: str = ""
 
     @property
     def speedup(self) -> float | None:
@@ -117,6 +123,7 @@ class BenchReport(BaseModel):
     dtype: str
     copy_bandwidth_gbs: float | None = None
     launch_floor_us: float | None = None
+    launch_floor_pdl_us: float | None = None  # the empty kernel chained with PDL (--pdl)
     torch_version: str = ""
     commands: list[str] = Field(default_factory=list)  # what measured these rows
     rows: list[BenchRow] = Field(default_factory=list)
@@ -158,6 +165,16 @@ class BenchReport(BaseModel):
                                                           for r in far) + ")" if far else "")
                              + (f"; a plain copy of the same bytes takes {min(copies):.2f}x to {max(copies):.2f}x of it"
                                 if copies else ""))
+            pdl = [r for r in decode if r.tuned_pdl_us]
+            if pdl:
+                near = [r for r in pdl if r.tuned_pdl_us <= DECODE_GOAL * self.launch_floor_us]
+                ratios = [r.tuned_pdl_us / self.launch_floor_us for r in pdl]
+                lines.append(f"with PDL on (tools/pdl.py): {len(near)} of {len(pdl)} decode shapes within {DECODE_GOAL}x of "
+                             f"the plain launch floor ({min(ratios):.2f}x to {max(ratios):.2f}x)"
+                             + (f"; the PDL-chained empty kernel replays at {self.launch_floor_pdl_us:.2f} us"
+                                if self.launch_floor_pdl_us else "")
+                             + "; PDL speedup of the tuned kernel over its plain launch "
+                             f"{_geomean([r.tuned_us / r.tuned_pdl_us for r in pdl]):.3f}x (geometric mean)")
         return lines
 
 
@@ -170,10 +187,12 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         raise suite.AstraError(f"benchmark reports from different GPUs cannot be merged: {', '.join(sorted(devices))}")
     first = reports[0]
     floors = [r.launch_floor_us for r in reports if r.launch_floor_us]
+    pdl_floors = [r.launch_floor_pdl_us for r in reports if r.launch_floor_pdl_us]
     bandwidths = [r.copy_bandwidth_gbs for r in reports if r.copy_bandwidth_gbs]
     return first.model_copy(update={
         "rows": [row for r in reports for row in r.rows],
         "launch_floor_us": min(floors) if floors else None,
+        "launch_floor_pdl_us": min(pdl_floors) if pdl_floors else None,
         "copy_bandwidth_gbs": max(bandwidths) if bandwidths else None,
         "date": min(r.date for r in reports),
         "torch_version": next((r.torch_version for r in reports if r.torch_version), ""),
@@ -193,13 +212,14 @@ def _time_of(result: EvaluationResult) -> tuple[float | None, float | None, str]
 
 def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf16",
           tables: dict[str, DispatchTable | None] | None = None, torch_modes: tuple[str, ...] = ("eager", "compile"),
-          input_layout: str = "arena", progress: Callable[[str], None] | None = None,
+          input_layout: str = "arena", pdl: bool = False, progress: Callable[[str], None] | None = None,
           checkpoint: Callable[[BenchReport], None] | None = None, command: str = "") -> BenchReport:
     """Time every (kernel, shape) of `kernels` on the worker's GPU; see the module docstring.
 
     `tables` maps a kernel to its dispatch table (None: no tuned column for it). Each kernel's
     dtype is `dtype` when it runs in it, else its first. `checkpoint(report)` is called after
-    each row, so a run cut short keeps what it measured.
+    each row, so a run cut short keeps what it measured. `pdl` adds the baseline, the tuned
+    kernel and the copy launched with programmatic dependent launch, as separate columns.
     """
     device = worker.device
     report = BenchReport(device=device["name"], arch=device["arch"], dtype=dtype, commands=[command] if command else [],
@@ -209,6 +229,10 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
     empty.stream_timing = False
     floor = worker.evaluate(empty)
     report.launch_floor_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
+    if pdl:
+        empty.pdl = True
+        floor = worker.evaluate(empty)
+        report.launch_floor_pdl_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
     key = device_key(device["name"])
     tables = tables or {}
     for name, shapes in kernels.items():
@@ -230,6 +254,7 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
             row.copy_us = copy.timing.median_us if copy.status == "ok" and copy.timing else None
             if baseline.copy_bandwidth_gbs:
                 report.copy_bandwidth_gbs = baseline.copy_bandwidth_gbs
+            source = None  # what the dispatch table runs here: "template", "baseline", or nothing
             if table is not None:
                 try:
                     row.tuned_config, row.tuned_picked_by, source = table.pick(shape, sms, device["arch"])
@@ -240,6 +265,8 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                                       input_layout)
                     row.tuned_us, row.tuned_spread, row.tuned_status = _time_of(tuned)
                     row.floor_us = row.floor_us or tuned.floor_us
+            if pdl:
+                _measure_pdl(worker, folder, row, source, sms, input_layout)
             for mode in torch_modes:
                 peer: PeerResult = worker.call(measure_peer, name, shape, kernel_dtype, "default", mode,
                                                timeout_s=900)
@@ -253,18 +280,37 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
     return report
 
 
-def _same_bytes_copy(worker, bytes_moved: int, sms: int) -> EvaluationResult:
+def _same_bytes_copy(worker, bytes_moved: int, sms: int, pdl: bool = False) -> EvaluationResult:
     request = copy_request(max(16, bytes_moved // 2 // 16 * 16), multiprocessors=sms)
     request.stream_timing = False
+    request.pdl = pdl
     return worker.evaluate(request)
 
 
-def _evaluate(worker, folder, which, shape, dtype, config, sms, input_layout) -> EvaluationResult:
+def _measure_pdl(worker, folder, row: BenchRow, tuned_source: str | None, sms: int, input_layout: str) -> None:
+    """The row's baseline, tuned pick and copy again, each launched as a PDL dependent."""
+    problems = []
+    baseline = _evaluate(worker, folder, "baseline", row.shape, row.dtype, None, sms, input_layout, pdl=True)
+    row.baseline_pdl_us, _, status = _time_of(baseline)
+    problems += [f"baseline {status}"] if status != "ok" else []
+    if tuned_source is not None:
+        tuned = _evaluate(worker, folder, tuned_source, row.shape, row.dtype, row.tuned_config or None, sms,
+                          input_layout, pdl=True)
+        row.tuned_pdl_us, _, status = _time_of(tuned)
+        problems += [f"tuned {status}"] if status != "ok" else []
+    copy = _same_bytes_copy(worker, row.bytes_moved, sms, pdl=True)
+    row.copy_pdl_us, _, status = _time_of(copy)
+    problems += [f"copy {status}"] if status != "ok" else []
+    row.pdl_status = "; ".join(problems) or "ok"
+
+
+def _evaluate(worker, folder, which, shape, dtype, config, sms, input_layout, pdl: bool = False) -> EvaluationResult:
     request = suite.request(folder, which, shape, dtype, "default", config, sms=sms, arch=worker.device["arch"])
     if isinstance(request, Exclusion):
         return EvaluationResult(status="invalid", message=f"excluded at this shape: {request.reason}")
     request.stream_timing = False
     request.input_layout = input_layout
+    request.pdl = pdl
     return worker.evaluate(request)
 
 
@@ -283,6 +329,19 @@ def table_rows(report: BenchReport) -> list[list[str]]:
             for r in report.rows]
 
 
+PDL_COLUMNS = ("kernel", "shape", "baseline us", "baseline PDL us", "tuned us", "tuned PDL us", "same-bytes copy us",
+               "copy PDL us", "tuned PDL / launch floor")
+
+
+def pdl_table_rows(report: BenchReport) -> list[list[str]]:
+    """The rows measured with --pdl, plain and PDL side by side."""
+    floor = report.launch_floor_us
+    return [[r.kernel, r.label, _fmt(r.baseline_us), _fmt(r.baseline_pdl_us), _fmt(r.tuned_us), _fmt(r.tuned_pdl_us),
+             _fmt(r.copy_us), _fmt(r.copy_pdl_us),
+             f"{r.tuned_pdl_us / floor:.2f}x" if r.tuned_pdl_us and floor else "—"]
+            for r in report.rows if r.pdl_status]
+
+
 def render_markdown(report: BenchReport) -> str:
     commands = "; ".join(f"`{c}`" for c in report.commands) or "not recorded"
     lines = [
@@ -296,9 +355,17 @@ def render_markdown(report: BenchReport) -> str:
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(report)]
+    if pdl_rows := pdl_table_rows(report):
+        lines += ["", "## With programmatic dependent launch", "",
+                  "Each kernel launched as a PDL dependent of the one before (tools/pdl.py: it waits on "
+                  "`griddepcontrol.wait` before touching memory), so consecutive launches overlap their "
+                  "start-up but never their data. The PDL-chained empty kernel replays at "
+                  f"{_fmt(report.launch_floor_pdl_us)} us; the ratio is to the plain launch floor.", "",
+                  "| " + " | ".join(PDL_COLUMNS) + " |", "|" + "---|" * len(PDL_COLUMNS)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in pdl_rows]
     lines += ["", "## Goals (issue 5), as measured", ""] + [f"- {g}" for g in report.goals()]
     problems = [(r, which, status) for r in report.rows
-                for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status),
+                for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status), ("PDL", r.pdl_status),
                                       ("torch eager", r.torch_eager_status), ("torch.compile", r.torch_compile_status))
                 if status and status != "ok"]
     if problems:

@@ -128,3 +128,21 @@ def test_reports_of_one_gpu_merge_and_render_without_one(tmp_path, capsys):
     other = _report([]).model_copy(update={"device": "NVIDIA H100 80GB HBM3"})
     with pytest.raises(suite.AstraError, match="different GPUs"):
         benchmark.merge([a, other])
+
+
+def test_pdl_columns_are_reported_apart_and_judged_against_the_plain_launch_floor():
+    rows = [_row("silu_and_mul", "16x4096", 2.0, 1.9, copy_us=1.8, baseline_pdl_us=1.6, tuned_pdl_us=1.2,
+                 copy_pdl_us=1.1, pdl_status="ok"),
+            _row("rmsnorm", "1x4096", 2.4, 2.2, baseline_pdl_us=1.9, tuned_pdl_us=1.4, pdl_status="ok"),
+            _row("rmsnorm", "128x4096", 3.0, 2.5)]
+    report = _report(rows)
+    report.launch_floor_pdl_us = 0.6
+    goals = report.goals()[-1]
+    assert goals.startswith("with PDL on") and "1 of 2 decode shapes within 1.3x" in goals
+    assert "(1.20x to 1.40x)" in goals and "empty kernel replays at 0.60 us" in goals
+    assert f"{(1.9 / 1.2 * 2.2 / 1.4) ** 0.5:.3f}x" in goals
+    assert report.rows[0].speedup == pytest.approx(2.0 / 1.9)  # PDL never enters the plain speedup
+    text = benchmark.render_markdown(report)
+    assert "## With programmatic dependent launch" in text
+    assert "| silu_and_mul | 16x4096 | 2.00 | 1.60 | 1.90 | 1.20 | 1.80 | 1.10 | 1.20x |" in text
+    assert "| rmsnorm | 128x4096 |" not in text.split("## With programmatic")[1].split("## Goals")[0]

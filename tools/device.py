@@ -276,8 +276,9 @@ class Device:
             "occupancy",
         ))
 
-    def launch(self, kernel: Kernel, grid, block, args, shared: int = 0, stream=None) -> None:
-        """Enqueue one launch; argument errors raise before the driver sees anything."""
+    def launch(self, kernel: Kernel, grid, block, args, shared: int = 0, stream=None, pdl: bool = False) -> None:
+        """Enqueue one launch; argument errors raise before the driver sees anything. `pdl` allows
+        the grid to start before the previous one on the stream ends (tools/pdl.py)."""
         grid = _dim3(grid, "grid")
         block = _dim3(block, "block")
         threads = block[0] * block[1] * block[2]
@@ -286,11 +287,13 @@ class Device:
                 f"block of {threads} threads exceeds the device's {self.properties.max_threads_per_block}"
             )
         _holders, pointers = kernel.pack_args(args)
+        stream = stream if stream is not None else self.stream
+        if pdl:
+            check(_driver().cuLaunchKernelEx(_pdl_config(grid, block, shared, stream), kernel.function,
+                                             pointers.ctypes.data, 0), f"launch {kernel.name} (PDL)")
+            return
         check(
-            _driver().cuLaunchKernel(
-                kernel.function, *grid, *block, int(shared),
-                stream if stream is not None else self.stream, pointers.ctypes.data, 0,
-            ),
+            _driver().cuLaunchKernel(kernel.function, *grid, *block, int(shared), stream, pointers.ctypes.data, 0),
             f"launch {kernel.name}",
         )
 
@@ -301,6 +304,22 @@ class Device:
         buf = DeviceBuffer(array.nbytes)
         buf.upload(array)
         return buf
+
+
+def _pdl_config(grid, block, shared: int, stream):
+    """A launch configuration carrying the programmatic-stream-serialization attribute."""
+    driver = _driver()
+    attribute = driver.CUlaunchAttribute()
+    attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = int(shared)
+    config.hStream = stream
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
 
 
 def _dim3(value, what: str) -> tuple[int, int, int]:

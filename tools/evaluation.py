@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from . import pdl
 from .compiler import CompileOptions, KernelInfo, compile_source
 from .correctness import POISON_BYTE, Check, compare, outputs_differ, unchanged
 from .device import Device, DeviceArena, DeviceBuffer, Kernel
@@ -62,6 +63,7 @@ class EvaluationRequest:
     min_launches: int = 20
     stream_timing: bool = True
     input_layout: Literal["arena", "separate"] = "arena"
+    pdl: bool = False  # launch as a programmatic dependent of the previous grid (tools/pdl.py)
     label: str = ""
 
 
@@ -143,7 +145,8 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
             else:
                 buffers.by_name[p.name].fill_bytes(POISON_BYTE)
         launch = request.launch
-        device.launch(kernel, launch.grid, launch.block, buffers.args(problem), launch.shared_bytes)
+        device.launch(kernel, launch.grid, launch.block, buffers.args(problem), launch.shared_bytes,
+                      pdl=request.pdl)
         device.synchronize()
         checks: list[Check] = []
         outputs: dict[str, np.ndarray] = {}
@@ -197,7 +200,8 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[T
         launch = request.launch
 
         def enqueue(i: int) -> None:
-            device.launch(kernel, launch.grid, launch.block, arg_lists[i % sets_needed], launch.shared_bytes)
+            device.launch(kernel, launch.grid, launch.block, arg_lists[i % sets_needed], launch.shared_bytes,
+                          pdl=request.pdl)
 
         graph = time_graph(device, enqueue, launches=launches, input_sets=sets_needed,
                            replays=request.replays)
@@ -224,7 +228,12 @@ def evaluate(device: Device, request: EvaluationRequest) -> EvaluationResult:
         options = request.options
         if options.arch is None:
             options = options.model_copy(update={"arch": device.properties.arch})
-        module = compile_source(request.source, options)
+        source = request.source
+        if request.pdl:
+            if not pdl.supported(options.arch):
+                raise LaunchArgumentError(f"programmatic dependent launch needs sm_90 or newer, not {options.arch}")
+            source = pdl.dependent_source(source, request.kernel)
+        module = compile_source(source, options)
         result.compile_seconds = module.compile_seconds
         result.compile_cached = module.cached
         result.kernel_info = module.kernel(request.kernel)

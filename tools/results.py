@@ -74,6 +74,8 @@ def evaluation_key(request: EvaluationRequest, device: str) -> str:
         "seeds": list(request.seeds), "check": request.check, "time": request.time,
         "replays": request.replays, "layout": request.input_layout, "device": device,
     }
+    if request.pdl:  # only then: keys of every measurement recorded before PDL existed stay valid
+        parts["pdl"] = True
     return hashlib.sha256(_canonical(parts).encode()).hexdigest()
 
 
