@@ -1,9 +1,13 @@
 """The notebooks, executed as a user would run them, in replay mode (a results store recorded on an
 H200), and their outputs checked: the quickstart tunes and shows the dispatch table; the
-embedding notebook runs the agent as a node of a parent graph and receives its streamed events."""
+embedding notebook runs the agent as a node of a parent graph and receives its streamed events; the
+agent notebook runs the chat-model loop against a local stub endpoint that answers from a script."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -46,3 +50,46 @@ def test_embedding_streams_the_agents_events_through_a_parent_graph(monkeypatch)
     summary = text.strip().splitlines()[-1]
     assert summary.startswith("rmsnorm: ") and "over the baseline (128x4096" in summary
     assert float(summary.split(": ")[1].split("x")[0]) > 1.0
+
+
+def _recorded_figures(tmp_path) -> dict[str, tuple[float, float]]:
+    """Per shape label of the recording: (the baseline's time, the fastest template configuration's)."""
+    from astra_kernels.kernels_sglang import recordings, suite
+
+    spec = suite.load("rmsnorm").spec
+    copy = tmp_path / "recording.sqlite"
+    copy.write_bytes(gzip.decompress(recordings.find("rmsnorm").path.read_bytes()))
+    with sqlite3.connect(copy) as db:
+        rows = db.execute("SELECT shape, which, min(median_us) FROM results WHERE kernel = 'rmsnorm' AND dtype = 'bf16' "
+                          "AND status = 'ok' GROUP BY shape, which").fetchall()
+    figures: dict[str, dict[str, float]] = {}
+    for shape, which, us in rows:
+        figures.setdefault(spec.label(json.loads(shape)), {})[which] = us
+    return {label: (f["baseline"], f["template"]) for label, f in figures.items()}
+
+
+def test_agent_notebook_runs_the_chat_model_loop_on_a_scripted_endpoint(monkeypatch, tmp_path):
+    # No real endpoint, whatever the machine's environment: the notebook must fall back to its stub,
+    # and no proxy may stand between the client and 127.0.0.1.
+    for name in ("OPENAI_API_KEY", "ASTRA_MODEL", "ASTRA_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE",
+                 "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    text = _run("agent.ipynb", monkeypatch)
+    assert "SCRIPTED ANSWERS, NOT A MODEL" in text
+    assert "The stub served 6 chat-completion requests over HTTP" in text  # check, 3 plans, template, rewrite
+    events = [line.strip() for line in text.splitlines() if " | " in line]
+    plans = [e.split(" | ", 1)[1].split(": ")[:2] for e in events if e.startswith("planner |")]
+    assert plans == [["round 1", "templatize"], ["round 2", "rewrite"], ["round 3", "stop"]]
+    assert any(e.startswith("templater | candidate 1: a template of 7 parameters") for e in events)
+    # the run stopped after the first verdict and a new graph resumed it from the SQLite checkpoint
+    assert "1 planner round(s) done, best so far candidate 1, next ('planner',)" in text
+    # the rewrite was never measured on the H200: refused at every shape, not estimated
+    tester = [e for e in events if e.startswith("tester |")]
+    assert len(tester) == 1 and "candidate 2 incorrect" in tester[0] and ": unrecorded: " in tester[0]
+    assert "128x4096: unrecorded" in text and "16384x8192: unrecorded" in text
+    # the report holds the recording's own figures: its baseline, and its fastest configuration at each shape
+    recorded = _recorded_figures(tmp_path)
+    for label in ("128x4096", "16384x8192"):
+        baseline, best = recorded[label]
+        assert f"| {label} | {baseline:.2f} | {best:.2f} | {baseline / best:.3f} |" in text
+    assert "- candidate 1 (tune): accepted" in text and "- candidate 2 (rewrite): incorrect" in text
