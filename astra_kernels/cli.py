@@ -485,6 +485,25 @@ def cmd_optimize(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """Markdown, a self-contained HTML page and SVG charts from a results store; measures nothing."""
+    from astra_kernels.kernels_sglang import reporting
+    from astra_kernels.tools.errors import AstraError
+
+    try:
+        rendered = reporting.report(args.store, kernel=args.kernel, out=Path(args.out))
+    except (AstraError, OSError) as exc:  # a missing, foreign or empty store; an unwritable --out
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        return 2
+    if args.json:
+        print(rendered.summary.model_dump_json(
+            indent=2, exclude={"groups": {"__all__": {"shapes": {"__all__": {"convergence"}}}}}))
+    else:
+        console.print(rendered.markdown, markup=False, highlight=False)
+        console.print(f"wrote {', '.join(str(p) for p in rendered.written)}", highlight=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from astra_kernels.kernels_sglang.tuning import DEFAULT_SEARCH_SECONDS
     from astra_kernels.tools.strategies import STRATEGIES
@@ -630,6 +649,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--store", help="results store (default OUT/results.sqlite)")
     verify.add_argument("--gpu", type=int, default=0)
     verify.set_defaults(func=cmd_verify)
+
+    report = sub.add_parser("report", help="markdown and HTML with charts from a results store (no GPU needed)")
+    report.add_argument("store", help="a results store (.sqlite or .sqlite.gz), the --out folder of `astra tune` "
+                                      "(its results.sqlite), or `recorded` / `recorded:SESSION` with --kernel "
+                                      "(a recording shipped with the package)")
+    report.add_argument("--kernel", help="report only this kernel (needed with `recorded`)")
+    report.add_argument("--out", default="out/report",
+                        help="write report.md, report.html, report.json and the SVG charts here (default out/report)")
+    report.add_argument("--json", action="store_true", help="print the summary as JSON instead of the markdown")
+    report.set_defaults(func=cmd_report)
     return parser
 
 
