@@ -11,6 +11,12 @@ same code serves OpenAI, a local vLLM and a scripted test model: the prompt carr
 schema, the answer is validated with pydantic, and a malformed answer gets exactly one repair
 request quoting the error before it counts as a failed candidate. Model output is only ever
 parsed or compiled, never run by a shell or `eval`.
+
+A request that fails for good (an outage, a rate limit or timeout that outlasted the client's
+retries, a body that is not a chat completion) mid-run is `ModelUnavailable`: the nodes record it
+and go on (the rules plan, the attempt counts as failed), so the measurements so far are kept.
+Error texts may quote what a server sent back, and some servers echo the request's headers, so
+every message made from one has the configured keys and credentials cut out (`redact`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from astra_kernels.tools.errors import AstraError
 
@@ -37,6 +43,31 @@ class ModelConfigError(AstraError):
 
 class MalformedAnswer(AstraError):
     """The model's answer stayed unusable after one repair request."""
+
+
+class ModelUnavailable(AstraError):
+    """A request to the model failed after the client's own retries; the run goes on without it."""
+
+
+_SECRET_PATTERNS = (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), re.compile(r"(?i)\bBearer\s+\S+"))
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """`text` without `secrets`, the environment's *_API_KEY / *_TOKEN values, key-shaped strings
+    (sk-..., Bearer ...) and the credentials of any URL in it."""
+    known = [v for k, v in os.environ.items() if k.endswith(("_API_KEY", "_TOKEN")) and len(v) >= 8]
+    for secret in sorted({s for s in (*secrets, *known) if s}, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub("[redacted]", text)
+    return re.sub(r"(\w+://)[^/\s@]+@", r"\1[redacted]@", text)
+
+
+def _endpoint(context) -> str:
+    """Where the model is, fit to print: a base URL without its credentials or query string."""
+    if not context.base_url:
+        return f"the {context.model or 'configured'} endpoint"
+    return redact(context.base_url.split("?", 1)[0])
 
 
 def prompt(name: str, **values: str) -> str:
@@ -87,8 +118,8 @@ def preflight(model: BaseChatModel, context) -> None:
     try:
         model.invoke([HumanMessage("Reply with the single word: ready")])
     except Exception as exc:
-        where = context.base_url or f"the {context.model or 'configured'} endpoint"
-        raise ModelConfigError(f"the chat model at {where} did not answer: {type(exc).__name__}: {exc}") from exc
+        raise ModelConfigError(redact(f"the chat model at {_endpoint(context)} did not answer: "
+                                      f"{type(exc).__name__}: {exc}", *_keys(model))) from exc
 
 
 def _text(message: BaseMessage) -> str:
@@ -132,15 +163,39 @@ def ask_code(model: BaseChatModel, system: str, user: str) -> tuple[str, str]:
     return _with_repair(model, messages, parse, "Answer again with the whole kernel in one ```cuda block")
 
 
+def _keys(model: BaseChatModel) -> list[str]:
+    """The secrets a model object holds (a key passed to it rather than through the environment)."""
+    return [v.get_secret_value() for v in vars(model).values() if isinstance(v, SecretStr)]
+
+
+def _invoke(model: BaseChatModel, messages: list[BaseMessage]) -> BaseMessage:
+    """The model's answer, or ModelUnavailable saying why there is none. Any exception counts:
+    providers raise their own types, and a non-chat body surfaces as ValueError or TypeError."""
+    try:
+        return model.invoke(messages)
+    except Exception as exc:
+        text = redact(f"the chat model did not answer: {type(exc).__name__}: {exc}", *_keys(model))
+        raise ModelUnavailable(text[:600]) from exc
+
+
+def _why(error: Exception, answer: BaseMessage) -> str:
+    """The parser's complaint, and that the answer was cut off when the model hit its output limit
+    (the usual cause of a code block that never closes)."""
+    why = str(error)[:600]
+    if (answer.response_metadata or {}).get("finish_reason") == "length":
+        why += " (the answer was cut off at the model's output limit: finish_reason length)"
+    return why
+
+
 def _with_repair(model, messages, parse, ask_again: str):
-    answer = model.invoke(messages)
+    answer = _invoke(model, messages)
     try:
         return parse(_text(answer))
     except (ValueError, ValidationError, json.JSONDecodeError) as first:
         repair = messages + [AIMessage(_text(answer)),
-                             HumanMessage(f"That answer could not be used: {str(first)[:600]}. {ask_again}.")]
-        second = model.invoke(repair)
+                             HumanMessage(f"That answer could not be used: {_why(first, answer)}. {ask_again}.")]
+        second = _invoke(model, repair)
         try:
             return parse(_text(second))
         except (ValueError, ValidationError, json.JSONDecodeError) as exc:
-            raise MalformedAnswer(f"the answer was unusable twice: {str(exc)[:300]}") from exc
+            raise MalformedAnswer(f"the answer was unusable twice: {_why(exc, second)[:400]}") from exc

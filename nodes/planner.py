@@ -2,7 +2,8 @@
 
 With a model, the decision is structured output (graph/state.py Decision) from the facts and
 the history. Without one, or when the model's answer stays unusable, the rules decide from the
-same facts: search the current template if it has not been searched, else stop. Spent budgets
+same facts: search the current template if it has not been searched, else stop; the same holds
+when the model does not answer at all (an outage mid-run). Spent budgets
 (planner rounds, wall time) stop the run whatever the model would say.
 """
 
@@ -16,7 +17,7 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Decision
 
-from .chat import MalformedAnswer, ask_structured, make_chat_model, prompt
+from .chat import MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt
 from .facts import describe, tried
 from .progress import say
 
@@ -47,9 +48,9 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                       tried=tried(state), round=str(done + 1), rounds=str(context.rounds))
         try:
             decision = ask_structured(model, prompt("planner_system"), user, Decision)
-        except MalformedAnswer as exc:
+        except (MalformedAnswer, ModelUnavailable) as exc:
             decision = rule_based(state)
-            decision.rationale = f"the model's plan was unusable ({exc}); by the rules: {decision.rationale}"
+            decision.rationale = f"no usable plan from the model ({exc}); by the rules: {decision.rationale}"
     line = say("planner", f"round {done + 1}: {decision.action}: {decision.rationale}", action=decision.action)
     return {"decision": decision.model_dump(), "round": done + 1, "retries": 0, "candidate": None,
             "events": [line]}
