@@ -28,6 +28,7 @@ from .resources import KernelParam, ResourceUsage, parse_ptx_signatures, parse_p
 os.environ["CUDA_CACHE_DISABLE"] = "1"
 
 DEFAULT_ARCH = "sm_90"
+_ELF_RELOCATABLE = 1  # e_type of an object file that still needs linking (ET_REL)
 _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 
 
@@ -203,7 +204,22 @@ def _from_cache(store: CompileCache, key: str, source: str) -> CompiledModule | 
     meta, cubin = hit
     if not meta["ok"]:
         _raise_compile_error(source, meta["log"])
-    return CompiledModule.model_validate({**meta["module"], "cubin": cubin, "cached": True})
+    return _loadable(CompiledModule.model_validate({**meta["module"], "cubin": cubin, "cached": True}))
+
+
+def _loadable(module: CompiledModule) -> CompiledModule:
+    """Refuse relocatable device code (-rdc): it needs a device link step, and cudadevrt for
+    device-side launches, that this toolchain never runs, so the driver could not load it. It
+    is also how a kernel would start work on a stream of its own (cudaStreamFireAndForget), out
+    of the timed launch's sight; every kernel here is whole-program and does its work in the
+    launch that is timed."""
+    if module.cubin[:4] == b"\x7fELF" and int.from_bytes(module.cubin[16:18], "little") == _ELF_RELOCATABLE:
+        raise CompileError(
+            "compilation produced relocatable device code (-rdc / --relocatable-device-code): it "
+            "needs a device link step (and cudadevrt for device-side kernel launches) that this "
+            "toolchain does not run, so it cannot be loaded; compile whole-program code, with no "
+            "device-side launches", log=module.log)
+    return module
 
 
 def compile_source(
@@ -212,11 +228,15 @@ def compile_source(
     *,
     name: str = "kernel.cu",
     cache: CompileCache | None | bool = True,
+    timeout_s: float | None = None,
 ) -> CompiledModule:
     """Compile CUDA C++ to a cubin for one architecture, or raise CompileError with the log.
 
     `cache=True` uses the default on-disk cache, a CompileCache uses that one, False none.
-    Compile errors are cached too: the same source and options fail the same way.
+    Compile errors are cached too: the same source and options fail the same way. With
+    `timeout_s`, a compile the cache cannot answer runs in a child process that is killed at
+    that deadline (compiler_process.py), raising CompileTimeoutError; a timeout is never
+    cached, since a less loaded machine may finish.
     """
     options = options or CompileOptions()
     key, flags, arch = _key_and_flags(source, options, name)
@@ -225,6 +245,12 @@ def compile_source(
 
     if store is not None and (module := _from_cache(store, key, source)) is not None:
         return module
+    if timeout_s is not None:
+        from .compiler_process import compile_in_child
+
+        return compile_in_child(source, options.model_copy(update={"arch": arch}), name=name,
+                                cache_dir=str(store.directory) if store is not None else None,
+                                timeout_s=timeout_s)
 
     start = time.perf_counter()
     ok, log, cubin, ptx = _nvrtc_compile(source, name, flags, options.headers)
@@ -246,7 +272,7 @@ def compile_source(
     )
     if store is not None:
         store.put(key, {"ok": True, "module": module.model_dump(exclude={"cubin", "cached"})}, cubin)
-    return module
+    return _loadable(module)
 
 
 def _raise_compile_error(source: str, log: str):
@@ -273,7 +299,7 @@ class CompileOutcome(BaseModel):
 
 
 def _compile_one(index: int, source: str, options: CompileOptions, cache_dir,
-                 cache_only: bool = False) -> CompileOutcome | None:
+                 cache_only: bool = False, timeout_s: float | None = None) -> CompileOutcome | None:
     """One variant as an outcome; with `cache_only`, None unless the cache already has it."""
     cache = CompileCache(cache_dir) if cache_dir is not None else False
     try:
@@ -282,7 +308,7 @@ def _compile_one(index: int, source: str, options: CompileOptions, cache_dir,
             if module is None:
                 return None
         else:
-            module = compile_source(source, options, cache=cache)
+            module = compile_source(source, options, cache=cache, timeout_s=timeout_s)
     except CompileError as exc:
         return CompileOutcome(index=index, error=str(exc), error_type=type(exc).__name__,
                               diagnostics=exc.diagnostics)
@@ -294,12 +320,15 @@ def compile_many(
     *,
     workers: int | None = None,
     cache: CompileCache | None | bool = True,
+    timeout_s: float | None = None,
 ) -> list[CompileOutcome]:
     """Compile many (source, options) pairs across CPU cores, in input order.
 
     NVRTC holds the interpreter for the whole compile, so processes, not threads, give the
     parallelism. A compile error is an outcome, not an exception: one bad variant must not stop
     a search. Toolchain errors (no NVRTC, bad arch) still raise, since every variant would fail.
+    With `timeout_s`, a variant still compiling at that deadline is stopped and becomes a
+    CompileTimeoutError outcome (compile_source).
     """
     items: Sequence[tuple[str, CompileOptions]] = list(variants)
     if not items:
@@ -317,11 +346,11 @@ def compile_many(
     misses = [i for i in range(len(resolved)) if i not in outcomes]
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
     if workers == 1 or len(misses) <= 2:
-        outcomes.update({i: _compile_one(i, *resolved[i], cache_dir) for i in misses})
+        outcomes.update({i: _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s) for i in misses})
     else:
         # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
         context = multiprocessing.get_context("spawn")
         with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir) for i in misses}
+            jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir, timeout_s=timeout_s) for i in misses}
             outcomes.update({i: job.result() for i, job in jobs.items()})
     return [outcomes[i] for i in range(len(resolved))]
