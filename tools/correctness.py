@@ -6,6 +6,8 @@ how many elements, the worst one and where.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 from pydantic import BaseModel
 
@@ -122,3 +124,28 @@ def outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray],
             return Check(name="fresh outputs", passed=False,
                          detail=f"output {name!r} is identical for two different inputs (cached result?)")
     return Check(name="fresh outputs", passed=True)
+
+
+def timed_outputs(sets: Iterable[dict[str, np.ndarray]], count: int, checked: dict[str, np.ndarray],
+                  expected: dict[str, np.ndarray], tolerances: dict[str, Tolerance]) -> Check:
+    """After timing, every input set's outputs must be what the checked launch wrote.
+
+    The checks see two launches and the timing thousands, so a kernel that counts its launches
+    in a __device__ variable could work only in the first two and be timed doing nothing: for a
+    CUDA source, the analogue of KernelBench's work moved to another stream, where the timer
+    never sees it. The sets' outputs are poisoned before timing, so a set that no timed launch
+    wrote fails here. Equal bytes pass at once; a kernel whose float sums depend on scheduling
+    (atomics) gets the tolerance comparison instead.
+    """
+    for index, outputs in enumerate(sets):
+        for name, got in outputs.items():
+            if np.array_equal(_raw(got), _raw(checked[name])):
+                continue
+            verdict = compare(name, got, expected[name], tolerances[name])
+            if not verdict.passed:
+                return Check(name="timed outputs", passed=False,
+                             detail=f"after timing, output {name!r} of input set {index} (of {count}) is not "
+                             f"what the checked launch wrote: {verdict.detail}; the timed launches did "
+                             "not do the work the checks saw")
+    return Check(name="timed outputs", passed=True,
+                 detail=f"all {count} input sets hold the checked outputs after timing")

@@ -7,6 +7,7 @@ only CUDA context; a fault poisons that context, and the worker is what gets rep
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -266,6 +267,50 @@ class Device:
         driver = _driver()
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(driver.cuFuncSetAttribute(kernel.function, attr, int(nbytes)), "dynamic shared memory")
+
+    def check_launch(self, kernel: Kernel, grid, block, shared: int = 0) -> None:
+        """Refuse, with the limit it breaks, a launch shape this device or this kernel cannot run.
+
+        The driver would refuse it too, but as CUDA_ERROR_INVALID_VALUE or
+        LAUNCH_OUT_OF_RESOURCES with no word of which limit; asked once per evaluation, not per
+        launch, since stream timing measures the launch path.
+        """
+        driver = _driver()
+        attr, fattr = driver.CUdevice_attribute, driver.CUfunction_attribute
+
+        def device_limit(name: str) -> int:
+            return int(check(driver.cuDeviceGetAttribute(getattr(attr, f"CU_DEVICE_ATTRIBUTE_{name}"), self.device)))
+
+        def kernel_limit(name: str) -> int:
+            return int(check(driver.cuFuncGetAttribute(getattr(fattr, f"CU_FUNC_ATTRIBUTE_{name}"), kernel.function)))
+
+        for what, dims in (("block", _dim3(block, "block")), ("grid", _dim3(grid, "grid"))):
+            for axis, size in zip("XYZ", dims):
+                most = device_limit(f"MAX_{what.upper()}_DIM_{axis}")
+                if size > most:
+                    raise LaunchArgumentError(f"{what} {axis.lower()} of {size} exceeds the device's {most}")
+        threads = math.prod(_dim3(block, "block"))
+        if threads > self.properties.max_threads_per_block:
+            raise LaunchArgumentError(
+                f"block of {threads} threads exceeds the device's {self.properties.max_threads_per_block}")
+        most = kernel_limit("MAX_THREADS_PER_BLOCK")
+        if threads > most:
+            raise LaunchArgumentError(
+                f"block of {threads} threads exceeds the {most} that {kernel.name} can run with "
+                f"{kernel_limit('NUM_REGS')} registers per thread")
+        static = kernel_limit("SHARED_SIZE_BYTES")
+        if static + int(shared) > self.properties.max_shared_per_block_optin:
+            raise LaunchArgumentError(
+                f"{int(shared)} bytes of dynamic shared memory plus {kernel.name}'s {static} static exceed "
+                f"the device's {self.properties.max_shared_per_block_optin} per block")
+
+    def context_error(self) -> str | None:
+        """None while the context is usable; the sticky error once a kernel has faulted in it."""
+        try:
+            check(_driver().cuCtxSynchronize(), "context")
+        except LaunchError as exc:
+            return str(exc)
+        return None
 
     def occupancy(self, kernel: Kernel, block_threads: int, dynamic_shared: int = 0) -> int:
         """Resident blocks per multiprocessor for this block size, from the driver."""

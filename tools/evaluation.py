@@ -19,16 +19,19 @@ from pydantic import BaseModel, Field
 
 from . import pdl
 from .compiler import CompileOptions, KernelInfo, compile_source
-from .correctness import POISON_BYTE, Check, compare, outputs_differ, unchanged
+from .correctness import POISON_BYTE, Check, compare, outputs_differ, timed_outputs, unchanged
 from .device import Device, DeviceArena, DeviceBuffer, Kernel
 from .dtypes import numpy_dtype
-from .errors import AstraError, CompileError, KernelNotFoundError, LaunchArgumentError, LaunchError
+from .errors import (AstraError, CompileError, CompileTimeoutError, KernelNotFoundError, LaunchArgumentError,
+                     LaunchError)
+from .guards import GUARD_BYTES, GuardedBuffers
 from .problem import Case, Problem
 from .ceiling import copy_bandwidth
 from .timing import Timing, rotation_count, time_graph, time_stream
 
 Status = Literal[
     "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout",
+    "compile_timeout",  # NVRTC ran past the worker's compile deadline; its process was killed
     "unrecorded",  # a replay (tools/replay.py) has no measurement of this candidate: nothing ran
 ]
 
@@ -133,11 +136,14 @@ def seeded_case(problem: Problem, seed: int) -> Case:
     return case
 
 
-def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int):
-    """Launch once on a seeded draw; return (checks, outputs as downloaded, expected)."""
+def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int,
+              guard_bytes: int = GUARD_BYTES):
+    """Launch once on a seeded draw, its buffers between guard bands (tools/guards.py) in the
+    request's layout; return (checks, outputs as downloaded, expected)."""
     problem = request.problem
     case = seeded_case(problem, seed)
-    buffers = _Buffers(problem)
+    guarded = GuardedBuffers(problem.buffers, request.input_layout, guard_bytes)
+    buffers = _Buffers(problem, guarded.buffers)
     try:
         for p in problem.buffers:
             if p.role in ("in", "inout"):
@@ -157,20 +163,25 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
             else:
                 outputs[p.name] = got
                 checks.append(compare(p.name, got, case.expected[p.name], problem.tolerance(p.dtype)))
+        if (bands := guarded.check()) is not None:
+            checks.append(bands)
         return checks, outputs, case.expected
     finally:
-        buffers.close()
+        guarded.close()
 
 
-def _check(device: Device, kernel: Kernel, request: EvaluationRequest) -> list[Check]:
+def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
+           guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, np.ndarray]]:
+    """Both seeded draws; returns the checks and the first draw's outputs, which the timed
+    launches (on that draw's inputs) must reproduce."""
     first_seed, second_seed = request.seeds
-    checks_a, out_a, exp_a = _run_case(device, kernel, request, first_seed)
-    checks_b, out_b, exp_b = _run_case(device, kernel, request, second_seed)
+    checks_a, out_a, exp_a = _run_case(device, kernel, request, first_seed, guard_bytes)
+    checks_b, out_b, exp_b = _run_case(device, kernel, request, second_seed, guard_bytes)
     for c in checks_a:
         c.name = f"{c.name} (seed {first_seed})"
     for c in checks_b:
         c.name = f"{c.name} (seed {second_seed})"
-    return checks_a + checks_b + [outputs_differ(out_a, out_b, exp_a, exp_b)]
+    return checks_a + checks_b + [outputs_differ(out_a, out_b, exp_a, exp_b)], out_a
 
 
 def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buffers], DeviceArena | None]:
@@ -184,8 +195,13 @@ def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buf
     return [_Buffers(problem, arena.buffers[i * n:(i + 1) * n]) for i in range(count)], arena
 
 
-def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[Timing, Timing | None]:
-    """Graph-replayed and stream timings over enough input sets to keep L2 cold."""
+def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
+          checked: dict[str, np.ndarray] | None = None) -> tuple[Timing, Timing | None, Check | None]:
+    """Graph-replayed and stream timings over enough input sets to keep L2 cold.
+
+    Given the checked launch's outputs, the sets' outputs are poisoned before timing and must
+    hold those outputs after it (correctness.timed_outputs); the verdict comes back third.
+    """
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes)
     launches = max(sets_needed, request.min_launches)
@@ -196,6 +212,8 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[T
             for p in problem.buffers:
                 if p.role in ("in", "inout"):
                     buffers.by_name[p.name].upload(case.inputs[p.name])
+                elif checked is not None:
+                    buffers.by_name[p.name].fill_bytes(POISON_BYTE)
         arg_lists = [b.args(problem) for b in sets]
         launch = request.launch
 
@@ -209,7 +227,14 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[T
             time_stream(device, enqueue, launches=launches, input_sets=sets_needed)
             if request.stream_timing else None
         )
-        return graph, stream
+        outs = [p for p in problem.buffers if p.role == "out"]
+        if checked is None or not outs:
+            return graph, stream, None
+        downloads = ({p.name: b.by_name[p.name].download(numpy_dtype(p.dtype), p.shape) for p in outs}
+                     for b in sets)
+        verdict = timed_outputs(downloads, len(sets), checked, case.expected,
+                                {p.name: problem.tolerance(p.dtype) for p in outs})
+        return graph, stream, verdict
     finally:
         for buffers in sets:
             buffers.close()
@@ -217,8 +242,14 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest) -> tuple[T
             arena.close()
 
 
-def evaluate(device: Device, request: EvaluationRequest) -> EvaluationResult:
-    """Run the protocol; every failure becomes a result with a status, never an exception."""
+def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: float | None = None,
+             guard_bytes: int = GUARD_BYTES) -> EvaluationResult:
+    """Run the protocol; every failure becomes a result with a status, never an exception.
+
+    `compile_timeout_s` compiles in a child process killed at that deadline (compiler_process.py);
+    `guard_bytes=0` drops the guard bands, for memcheck's run (sanitizer.py), which needs buffers
+    of exact size.
+    """
     started = time.perf_counter()
     result = EvaluationResult(
         status="ok", label=request.label, kernel=request.kernel, device=device.properties.name,
@@ -233,37 +264,47 @@ def evaluate(device: Device, request: EvaluationRequest) -> EvaluationResult:
             if not pdl.supported(options.arch):
                 raise LaunchArgumentError(f"programmatic dependent launch needs sm_90 or newer, not {options.arch}")
             source = pdl.dependent_source(source, request.kernel)
-        module = compile_source(source, options)
+        module = compile_source(source, options, timeout_s=compile_timeout_s)
         result.compile_seconds = module.compile_seconds
         result.compile_cached = module.cached
         result.kernel_info = module.kernel(request.kernel)
         kernel = device.load(module, request.kernel)
+        device.check_launch(kernel, request.launch.grid, request.launch.block, request.launch.shared_bytes)
         if request.launch.shared_bytes > 48 * 1024:
             device.set_dynamic_shared(kernel, request.launch.shared_bytes)
         result.occupancy_blocks_per_sm = device.occupancy(
             kernel, request.launch.threads, request.launch.shared_bytes
         )
+        checked = None
         if request.check:
-            result.checks = _check(device, kernel, request)
+            result.checks, checked = _check(device, kernel, request, guard_bytes)
             if not result.correct:
                 failed = [c for c in result.checks if not c.passed]
                 result.status = "incorrect"
                 result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
                 return result
         if request.time:
-            result.timing, result.stream_timing = _time(device, kernel, request)
+            result.timing, result.stream_timing, timed = _time(device, kernel, request, checked)
+            if timed is not None:
+                result.checks.append(timed)
+                if not timed.passed:  # the times stay, as evidence: they timed a kernel doing nothing
+                    result.status, result.message = "incorrect", f"{timed.name}: {timed.detail}"
             bandwidth = copy_bandwidth(device)
             result.copy_bandwidth_gbs = bandwidth / 1e9
             if request.problem.bytes_moved:
                 result.floor_us = request.problem.bytes_moved / bandwidth * 1e6
                 result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
+    except CompileTimeoutError as exc:
+        result.status, result.message = "compile_timeout", str(exc)
     except CompileError as exc:
         result.status, result.message = "compile_error", str(exc)
     except (KernelNotFoundError, LaunchArgumentError) as exc:
         result.status, result.message = "invalid", str(exc)
     except LaunchError as exc:
-        # A fault in a kernel is sticky: this context is done for.
-        result.status, result.message, result.fatal = "launch_error", str(exc), True
+        # A fault in a kernel is sticky and the context is done for; a launch or load the driver
+        # refused leaves it usable, and the worker need not be replaced for it.
+        result.status, result.message = "launch_error", str(exc)
+        result.fatal = device.context_error() is not None
     except AstraError as exc:
         result.status, result.message = "invalid", f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # a bug in a case factory or here: report it, keep the worker honest

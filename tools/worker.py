@@ -31,6 +31,15 @@ class _Call:
     args: tuple
 
 
+@dataclass(frozen=True)
+class _Evaluation:
+    """An evaluation and the compile deadline it runs under (not part of the request, whose
+    fields key the results store)."""
+
+    request: EvaluationRequest
+    compile_timeout_s: float | None
+
+
 def _serve(conn, device_index: int) -> None:
     """Child side: open the device, say so, then answer requests until told to stop."""
     try:
@@ -59,7 +68,7 @@ def _serve(conn, device_index: int) -> None:
             except Exception as exc:  # the caller gets the reason; the context may still be fine
                 conn.send(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"))
             continue
-        result = evaluate(device, request)
+        result = evaluate(device, request.request, compile_timeout_s=request.compile_timeout_s)
         conn.send(result)
         if result.fatal:
             return
@@ -68,9 +77,17 @@ def _serve(conn, device_index: int) -> None:
 class EvaluationWorker:
     """Parent side. `evaluate` always returns a result; only a missing GPU raises."""
 
-    def __init__(self, device_index: int = 0, timeout_s: float = 300.0, start_timeout_s: float = 120.0):
+    def __init__(self, device_index: int = 0, timeout_s: float = 300.0, start_timeout_s: float = 120.0,
+                 compile_timeout_s: float | None = None):
+        """`compile_timeout_s`: how long NVRTC may take for one candidate before its process is
+        killed and the candidate recorded as compile_timeout, the worker kept; None gives half of
+        each evaluation's deadline, so that a compile that never ends is named as such before
+        the whole evaluation times out."""
+        if compile_timeout_s is not None and compile_timeout_s <= 0:
+            raise ValueError(f"compile_timeout_s must be positive, not {compile_timeout_s}")
         self.device_index = device_index
         self.timeout_s = timeout_s
+        self.compile_timeout_s = compile_timeout_s
         self.start_timeout_s = start_timeout_s
         self._process = None
         self._conn = None
@@ -134,8 +151,9 @@ class EvaluationWorker:
         base = dict(label=request.label, kernel=request.kernel,
                     device=self.device["name"], arch=self.device["arch"],
                     bytes_moved=request.problem.bytes_moved)
+        compile_timeout = self.compile_timeout_s if self.compile_timeout_s is not None else deadline / 2
         try:
-            self._conn.send(request)
+            self._conn.send(_Evaluation(request, min(compile_timeout, deadline)))
             ready = self._conn.poll(deadline)
             result = self._conn.recv() if ready else None
         except (EOFError, BrokenPipeError, ConnectionResetError):
