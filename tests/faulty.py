@@ -62,6 +62,62 @@ extern "C" __global__ void reverse_tile(const float* __restrict__ x, float* __re
 }
 """
 
+# The same `scale`, cheating or faulting in ways the checks above do not already see.
+FAULTS_SOURCE = r"""
+#include <cuda_bf16.h>
+#if VARIANT == 9
+__device__ unsigned int scale_blocks_started;  // over every launch of this loaded module
+#endif
+#if VARIANT == 10
+extern "C" __global__ void scale_child(const __nv_bfloat16* x, __nv_bfloat16* y, int n, float alpha) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16(__bfloat162float(x[i]) * alpha);
+}
+#endif
+extern "C" __global__ void scale(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y,
+                                 int n, float alpha) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+#if VARIANT == 7      // an unmasked tail: writes one element past the end of its output
+    if (i < n) y[i] = __float2bfloat16(__bfloat162float(x[i]) * alpha);
+    else if (i == n) y[i] = __float2bfloat16(1.0f);
+#elif VARIANT == 8    // writes one element in front of its input
+    if (i < n) y[i] = __float2bfloat16(__bfloat162float(x[i]) * alpha);
+    if (i == 0) ((__nv_bfloat16*)x)[-1] = __float2bfloat16(1.0f);
+#elif VARIANT == 9    // works only in its first two launches, the ones the checks see
+    __shared__ unsigned int launch;
+    if (threadIdx.x == 0) launch = atomicAdd(&scale_blocks_started, 1u) / gridDim.x;
+    __syncthreads();
+    if (launch < 2 && i < n) y[i] = __float2bfloat16(__bfloat162float(x[i]) * alpha);
+#elif VARIANT == 10   // hands its work to a child grid on a fire-and-forget stream
+    if (i == 0) scale_child<<<(n + 255) / 256, 256, 0, cudaStreamFireAndForget>>>(x, y, n, alpha);
+#endif
+}
+"""
+
+
+def endless_source(lines: int = 4096) -> str:
+    """`scale` behind a compile that takes minutes: each line makes NVRTC's front end evaluate a
+    2^19-step constexpr loop (about 0.2 s on a 2-core CI machine, in ~140 MB), with a distinct
+    seed so no evaluation is reused. One loop of 2^20 steps would hit the front end's step
+    limit and fail at once; many loops under it add up, in constant memory."""
+    body = "\n".join(f"    constexpr unsigned long long v{k} = spin({k}ull); acc ^= v{k};" for k in range(lines))
+    return r"""
+#include <cuda_bf16.h>
+__device__ constexpr unsigned long long spin(unsigned long long seed) {
+    unsigned long long s = seed;
+    for (unsigned long long k = 0; k < (1ull << 19); ++k) s = s * 6364136223846793005ull + k;
+    return s;
+}
+extern "C" __global__ void scale(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ y,
+                                 int n, float alpha) {
+    unsigned long long acc = 0;
+""" + body + r"""
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16(__bfloat162float(x[i]) * alpha + (acc == 1 ? 1.0f : 0.0f));
+}
+"""
+
+
 ALPHA = 1.75
 
 
@@ -70,7 +126,8 @@ def _scale_case(n: int, seed: int) -> Case:
     return Case(inputs={"x": x}, expected={"y": x.astype(np.float64) * ALPHA})
 
 
-def scale_request(variant: int, n: int = 1_000_003, kernel: str = "scale") -> EvaluationRequest:
+def scale_request(variant: int, n: int = 1_000_003, kernel: str = "scale", source: str = SCALE_SOURCE,
+                  extra: tuple[str, ...] = ()) -> EvaluationRequest:
     from astra_kernels.tools import CompileOptions
 
     problem = Problem(
@@ -79,7 +136,7 @@ def scale_request(variant: int, n: int = 1_000_003, kernel: str = "scale") -> Ev
         make_case=functools.partial(_scale_case, n), bytes_moved=4 * n, label=f"scale v{variant}",
     )
     return EvaluationRequest(
-        source=SCALE_SOURCE, kernel=kernel, options=CompileOptions(defines={"VARIANT": variant}),
+        source=source, kernel=kernel, options=CompileOptions(defines={"VARIANT": variant}, extra=list(extra)),
         launch=LaunchShape(grid=(-(-n // 256),), block=(256,)), problem=problem, label=problem.label,
     )
 

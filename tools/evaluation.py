@@ -230,6 +230,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
         outs = [p for p in problem.buffers if p.role == "out"]
         if checked is None or not outs:
             return graph, stream, None
+        device.synchronize()  # downloads run on the legacy stream, which does not wait for ours
         downloads = ({p.name: b.by_name[p.name].download(numpy_dtype(p.dtype), p.shape) for p in outs}
                      for b in sets)
         verdict = timed_outputs(downloads, len(sets), checked, case.expected,
