@@ -99,6 +99,6 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
     if bad is None:
         update["verdict"] = "passed"
     else:
-        update["verdict"] = "compile_error" if bad.status == "compile_error" else "incorrect"
+        update["verdict"] = "compile_error" if bad.status in ("compile_error", "compile_timeout") else "incorrect"
         update["message"] = f"at shape {bad.label} ({bad.config}): {bad.status}: {bad.message}"
     return candidate.model_copy(update=update)
