@@ -236,19 +236,14 @@ def cmd_tune(args) -> int:
 def _replay_store(recording: Path, store_path: Path):
     """A ReplayWorker over a working copy of `recording` at `store_path` (the run's store), or None
     after saying why not."""
-    import gzip
-    import shutil
-
+    from astra_kernels.tools.errors import AstraError
     from astra_kernels.tools.replay import ReplayWorker
 
-    if not recording.is_file():
-        console.print(f"[red]error:[/red] no results store at {recording} to replay")
+    try:
+        return ReplayWorker.from_recording(recording, store_path)
+    except AstraError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
         return None
-    store_path.parent.mkdir(parents=True, exist_ok=True)
-    opener = gzip.open if recording.suffix == ".gz" else open
-    with opener(recording, "rb") as source, open(store_path, "wb") as target:
-        shutil.copyfileobj(source, target)
-    return ReplayWorker(store_path, recording=recording)
 
 
 def _tune(args, folder, shapes, dtype, replay: Path | None = None) -> int:

@@ -4,8 +4,9 @@ Every field has a default and plain values, so LangGraph Studio can offer it as 
 CLI as flags. Two fields take objects for programmatic use: `chat_model` (any LangChain chat
 model, e.g. a scripted one in tests) and `evaluator` (anything with `device` and
 `evaluate(request)`, e.g. an EvaluationWorker the caller owns). Left empty they are built from
-`model` / `base_url` and from `gpu`. The context is not checkpointed, so an API key passed in
-a model object never reaches a checkpoint.
+`model` / `base_url` and from `replay` or `gpu`: `replay` is the plain-value way to run without a
+GPU, for clients that cannot pass objects (LangGraph Studio, the server's REST API). The
+context is not checkpointed, so an API key passed in a model object never reaches a checkpoint.
 """
 
 from __future__ import annotations
@@ -32,5 +33,8 @@ class RunContext:
     approve: bool = False  # pause before accepting a faster candidate, for a person's yes or no
     results: str = "out/agent/results.sqlite"  # the results store every evaluation goes through
     out: str | None = None  # where the reporter writes report.md / report.json (None: state only)
+    # Answer from a recorded results store instead of a GPU: "recorded" (the newest shipped
+    # recording of the kernel), "recorded:SESSION" or a store's path. Its working copy is `results`.
+    replay: str | None = None
     chat_model: Any = None
     evaluator: Any = None

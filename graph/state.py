@@ -9,9 +9,12 @@ every other key is replaced by the node that returns it.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Literal, TypedDict
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
+# pydantic builds the JSON schemas LangGraph Studio draws its input form from, and before
+# Python 3.12 it refuses typing.TypedDict (the form would be missing); pydantic requires this.
+from typing_extensions import TypedDict
 
 Origin = Literal["baseline", "rewrite", "template", "tune"]
 Verdict = Literal["pending", "invalid", "compile_error", "incorrect", "passed", "accepted", "slower", "rejected"]

@@ -24,7 +24,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     folder = suite.load(state["kernel"])
     spec = folder.spec
     dtype = state.get("dtype") or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
-    shapes = state.get("shapes") or spec.shapes.get("astra") or spec.shapes["serving"]
+    shapes = _checked_shapes(spec, state.get("shapes")) or spec.shapes.get("astra") or spec.shapes["serving"]
     model = make_chat_model(context)
     if model is not None:
         preflight(model, context)
@@ -40,3 +40,17 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     times = ", ".join(f"{label} {us:.2f} us" for label, us in baseline.times().items())
     return {**update, "baseline": baseline.model_dump(), "best": baseline.model_dump(),
             "events": [say("load", f"{spec.name} {dtype} baseline: {times}", times=baseline.times())]}
+
+
+def _checked_shapes(spec, shapes) -> list[dict[str, int]] | None:
+    """The caller's shapes, each one checked against the kernel's symbols: a client such as
+    LangGraph Studio sends whatever was typed, and a wrong key must not surface as a KeyError."""
+    if not shapes:
+        return None
+    wanted = "{" + ", ".join(f'"{s}": N' for s in spec.symbols) + "}"
+    for shape in shapes:
+        if (not isinstance(shape, dict) or set(shape) != set(spec.symbols)
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape.values())):
+            raise ValueError(f"{shape!r} is not a {spec.name} shape; give each shape as {wanted} "
+                             "with positive integers")
+    return shapes

@@ -3,17 +3,22 @@
 A candidate is a kernel in the template format (tools/template.py), so the baseline, a direct
 rewrite (a template without parameters) and a tuned template all become evaluation requests the
 same way, and every evaluation goes through the results store: a resumed run measures nothing
-twice. The evaluator is the context's, or one EvaluationWorker per GPU for the whole process.
+twice. The evaluator is the context's, else a replay of the context's `replay` recording, else
+one EvaluationWorker per GPU; the last two are built once per process and kept by it (a server
+runs many graphs), so nodes only borrow them.
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import threading
+from pathlib import Path
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels.kernels_sglang import recordings, suite
 from astra_kernels.tools.device import gpu_available
-from astra_kernels.tools.errors import NoGpuError
+from astra_kernels.tools.errors import AstraError, NoGpuError
+from astra_kernels.tools.replay import ReplayWorker
 from astra_kernels.tools.results import ResultsStore
 from astra_kernels.tools.runner import StoredEvaluator
 from astra_kernels.tools.template import Exclusion, Template, TemplateError, parse_template
@@ -22,12 +27,19 @@ from astra_kernels.graph.state import Candidate, ShapeMeasurement
 
 _WORKERS: dict[int, object] = {}
 _STORES: dict[str, ResultsStore] = {}
+_REPLAYS: dict[str, tuple[Path, ReplayWorker]] = {}  # results path: (recording, its replay)
+_REPLAYS_LOCK = threading.Lock()  # a server runs graphs on several threads at once
 
 
-def evaluator(context):
-    """The context's evaluator, else this process's worker on the context's GPU."""
+def evaluator(context, kernel: str):
+    """The context's evaluator, else a replay of `context.replay`, else this process's worker on
+    the context's GPU."""
     if context.evaluator is not None:
+        if context.replay:
+            raise AstraError(f"the context has both an evaluator and replay={context.replay!r}; pass one")
         return context.evaluator
+    if context.replay:
+        return _replay(context, kernel)
     if context.gpu not in _WORKERS:
         if not gpu_available():
             raise NoGpuError("the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
@@ -41,8 +53,29 @@ def evaluator(context):
     return _WORKERS[context.gpu]
 
 
-def stored_evaluator(context) -> StoredEvaluator:
-    worker = evaluator(context)
+def _replay(context, kernel: str) -> ReplayWorker:
+    """The replay whose working copy is `context.results`, copied from the recording once per
+    process: later runs (and a resumed one) reuse it. Another recording is refused that path
+    rather than replacing a store an open connection or a concurrent run is reading."""
+    recording = recordings.resolve(context.replay, kernel).resolve()
+    with _REPLAYS_LOCK:
+        if context.results in _REPLAYS:
+            held, worker = _REPLAYS[context.results]
+            if held != recording:
+                raise AstraError(f"{context.results} is this process's working copy of {held}; replaying "
+                                 f"{recording} needs another results path")
+            return worker
+        if context.results in _STORES:
+            raise AstraError(f"{context.results} is already this process's store of runs with another "
+                             f"evaluator; replaying {recording} needs another results path")
+        worker = ReplayWorker.from_recording(recording, context.results)
+        atexit.register(worker.close)
+        _REPLAYS[context.results] = (recording, worker)
+        return worker
+
+
+def stored_evaluator(context, kernel: str) -> StoredEvaluator:
+    worker = evaluator(context, kernel)
     if context.results not in _STORES:
         _STORES[context.results] = store = ResultsStore(context.results)
         atexit.register(store.close)
@@ -58,7 +91,7 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
              check: bool = True, time: bool = True) -> Candidate:
     """The candidate measured at every shape (its `configs`, else its template's default)."""
     folder = suite.load(kernel)
-    run = stored_evaluator(context)
+    run = stored_evaluator(context, kernel)
     sms = run.worker.device.get("multiprocessors", suite.DEFAULT_SMS)
     arch = run.worker.device.get("arch")
     if candidate.origin == "baseline":

@@ -26,7 +26,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     source = state["template"]
     folder = dataclasses.replace(suite.load(state["kernel"]), template=parse_candidate(state["kernel"], source))
-    run = stored_evaluator(context)
+    run = stored_evaluator(context, state["kernel"])
     shapes = state["shapes"]
 
     def progress(label, trial):

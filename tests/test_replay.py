@@ -108,3 +108,31 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     with pytest.raises(AstraError, match="no shipped recording of topk_softmax; shipped recordings: .*rmsnorm"):
         recordings.resolve("recorded", "topk_softmax")
     assert cli.main(["tune", "topk_softmax", "--replay", "recorded", "--out", str(tmp_path)]) == 1
+
+
+def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
+    _record(tmp_path / "gpu.sqlite", evaluations=1)
+    with open(tmp_path / "gpu.sqlite", "rb") as source, gzip.open(tmp_path / "gpu.sqlite.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    recording = tmp_path / "gpu.sqlite.gz"
+    shipped = recording.read_bytes()
+    work = tmp_path / "run" / "results.sqlite"
+    replay = ReplayWorker.from_recording(recording, work)
+    assert replay.device["replay"] == str(recording) and _rows(work) == _rows(tmp_path / "gpu.sqlite")
+    ReplayWorker.from_recording(recording, work)  # an earlier copy of the same recording is replaced
+    assert recording.read_bytes() == shipped
+
+    _record(tmp_path / "measured.sqlite", evaluations=6)  # a GPU run's store holds more than the recording
+    before = _rows(tmp_path / "measured.sqlite")
+    with pytest.raises(AstraError, match=r"holds \d+ result\(s\) that .*gpu.sqlite.gz lacks"):
+        ReplayWorker.from_recording(recording, tmp_path / "measured.sqlite")
+    assert _rows(tmp_path / "measured.sqlite") == before
+    (tmp_path / "notes.txt").write_text("someone's notes")
+    with pytest.raises(AstraError, match="not a readable results store"):
+        ReplayWorker.from_recording(recording, tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "someone's notes"
+    with pytest.raises(AstraError, match="is the recording itself"):
+        ReplayWorker.from_recording(tmp_path / "gpu.sqlite", tmp_path / "gpu.sqlite")
+    with pytest.raises(AstraError, match="no results store at"):
+        ReplayWorker.from_recording(tmp_path / "missing.sqlite.gz", work)
+    assert not list(tmp_path.glob(".*.copy")) and not list(work.parent.glob(".*.copy"))

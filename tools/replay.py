@@ -10,7 +10,12 @@ with status "unrecorded", never estimated, and never written back as a measureme
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import os
+import shutil
 import sqlite3
+import uuid
 from pathlib import Path
 
 from .errors import AstraError, WorkerError
@@ -42,6 +47,40 @@ class ReplayWorker:
         self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path)}
         self.restarts = 0
 
+    @classmethod
+    def from_recording(cls, recording: str | Path, store_path: str | Path,
+                       device: str | None = None) -> "ReplayWorker":
+        """A replay over a working copy of `recording` (a store, or one gzipped as shipped) at
+        `store_path`, the run's own store: the recording itself is never opened for writing.
+
+        A store already at `store_path` is replaced only when the recording holds every result it
+        holds (an earlier copy of it): a GPU run's measurements, or a file that is not a results
+        store, are refused, never overwritten.
+        """
+        recording, store_path = Path(recording), Path(store_path)
+        if not recording.is_file():
+            raise AstraError(f"no results store at {recording} to replay")
+        if store_path.exists() and store_path.resolve() == recording.resolve():
+            raise AstraError(f"{store_path} is the recording itself; a replay works on a copy, so give it "
+                             "another results path")
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        # Copied beside the target and renamed into place: a reader of an earlier copy keeps its
+        # file, and no half-written store is ever at `store_path`.
+        fresh = store_path.with_name(f".{store_path.name}.{uuid.uuid4().hex}.copy")
+        try:
+            opener = gzip.open if recording.suffix == ".gz" else open
+            with opener(recording, "rb") as source, open(fresh, "xb") as target:
+                shutil.copyfileobj(source, target)
+            if store_path.exists():
+                _refuse_to_lose(store_path, fresh, recording)
+            os.replace(fresh, store_path)
+        except BaseException:
+            fresh.unlink(missing_ok=True)
+            raise
+        for leftover in ("-wal", "-shm"):  # the replaced store's journal would be applied to the copy
+            Path(f"{store_path}{leftover}").unlink(missing_ok=True)
+        return cls(store_path, device=device, recording=recording)
+
     @staticmethod
     def recorded_devices(path: Path) -> list[tuple[str, str]]:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
@@ -69,3 +108,25 @@ class ReplayWorker:
 
     def call(self, function, *args, timeout_s: float | None = None):
         raise WorkerError(f"a replay of {self.store_path} runs nothing on a GPU ({getattr(function, '__name__', function)})")
+
+
+def _refuse_to_lose(existing: Path, copy: Path, recording: Path) -> None:
+    """Raise unless every result in `existing` is also in `copy` (so replacing it loses nothing)."""
+    with contextlib.closing(sqlite3.connect(copy)) as db:
+        try:
+            db.execute("ATTACH DATABASE ? AS existing", (str(existing),))
+            tables = {r[0] for r in db.execute("SELECT name FROM existing.sqlite_master WHERE type = 'table'")}
+            if not tables:
+                return  # an empty file: nothing to lose
+            if "results" not in tables:
+                raise AstraError(f"{existing} is not a results store (tables {sorted(tables)}); a replay of "
+                                 f"{recording} will not overwrite it: give the replay another results path")
+            lost = db.execute("SELECT count(*) FROM existing.results "
+                              "WHERE key NOT IN (SELECT key FROM main.results)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise AstraError(f"{existing} is not a readable results store ({exc}); a replay of {recording} "
+                             "will not overwrite it: give the replay another results path") from exc
+    if lost:
+        raise AstraError(f"{existing} holds {lost} result(s) that {recording} lacks (a GPU run's, or another "
+                         "recording's); a replay will not overwrite them: give it another results path, or "
+                         "delete that store")
