@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 
@@ -117,15 +118,17 @@ class CompilerProcess:
 
 
 _SHARED: CompilerProcess | None = None
+_SHARED_LOCK = threading.Lock()  # one pipe, one compile at a time, whichever thread asks
 
 
 def compile_in_child(source: str, options: CompileOptions, *, name: str, cache_dir: str | None,
                      timeout_s: float) -> CompiledModule:
     """The process's one compiler child, started on first use."""
     global _SHARED
-    if _SHARED is None:
-        _SHARED = CompilerProcess()
-    return _SHARED.compile(source, options, name=name, cache_dir=cache_dir, timeout_s=timeout_s)
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = CompilerProcess()
+        return _SHARED.compile(source, options, name=name, cache_dir=cache_dir, timeout_s=timeout_s)
 
 
 def _die_with_parent() -> None:
