@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import re
 import time
 from types import SimpleNamespace
 
@@ -336,3 +337,41 @@ def test_unguarded_buffers_have_their_exact_size(host_gpu):
         assert guarded.check() is None
     finally:
         guarded.close()
+
+
+def test_launch_shapes_beyond_the_limits_are_refused_with_the_limit(monkeypatch):
+    """Device.check_launch against an H100's limits, answered by a stand-in driver: each
+    refusal names the limit, where the driver itself would say only CUDA_ERROR_INVALID_VALUE."""
+    from cuda.bindings import driver as real
+
+    from astra_kernels.tools import device as device_module
+    from astra_kernels.tools.errors import LaunchArgumentError
+
+    limits = {"MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
+              "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535}
+    kernel_facts = {"MAX_THREADS_PER_BLOCK": 512, "NUM_REGS": 128, "SHARED_SIZE_BYTES": 16384}
+    ok = real.CUresult.CUDA_SUCCESS
+    fake = SimpleNamespace(
+        CUresult=real.CUresult, CUdevice_attribute=real.CUdevice_attribute,
+        CUfunction_attribute=real.CUfunction_attribute,
+        cuDeviceGetAttribute=lambda a, d: (ok, limits[a.name.removeprefix("CU_DEVICE_ATTRIBUTE_")]),
+        cuFuncGetAttribute=lambda a, f: (ok, kernel_facts[a.name.removeprefix("CU_FUNC_ATTRIBUTE_")]),
+    )
+    monkeypatch.setattr(device_module, "_driver", lambda: fake)
+    gpu = device_module.Device.__new__(device_module.Device)
+    gpu.device = 0
+    gpu.properties = SimpleNamespace(max_threads_per_block=1024, max_shared_per_block_optin=232448)
+    kernel = SimpleNamespace(name="scale", function=None)
+
+    gpu.check_launch(kernel, (4096,), (256,), 48 * 1024)  # within every limit
+    refusals = [
+        ((1,), (2048,), 0, "block x of 2048 exceeds the device's 1024"),
+        ((1,), (8, 8, 128), 0, "block z of 128 exceeds the device's 64"),
+        ((1, 70000), (256,), 0, "grid y of 70000 exceeds the device's 65535"),
+        ((1,), (32, 32), 0, "block of 1024 threads exceeds the 512 that scale can run with 128 registers"),
+        ((1,), (256,), 1 << 20, "1048576 bytes of dynamic shared memory plus scale's 16384 static exceed "
+                                "the device's 232448 per block"),
+    ]
+    for grid, block, shared, message in refusals:
+        with pytest.raises(LaunchArgumentError, match=re.escape(message)):
+            gpu.check_launch(kernel, grid, block, shared)
