@@ -420,13 +420,12 @@ def _bench_outputs(args, report) -> int:
 
 def cmd_optimize(args) -> int:
     """The agent: plan, rewrite or template, test, profile, tune, report, with a checkpoint per step."""
-    import sqlite3
     import uuid
 
-    from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.types import Command
 
     from astra_kernels.graph import RunContext, build_graph, recursion_limit
+    from astra_kernels.graph.checkpoints import sqlite_checkpointer
     from astra_kernels.kernels_sglang import recordings, suite
     from astra_kernels.nodes.reporter import render
     from astra_kernels.tools.device import gpu_available
@@ -453,8 +452,7 @@ def cmd_optimize(args) -> int:
     config = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit(context)}
     payload = None if args.resume else {"kernel": folder.name, "shapes": _shapes(folder, args) or [],
                                         **({"dtype": args.dtype} if args.dtype else {})}
-    checkpoints = sqlite3.connect(args.checkpoints or out / "checkpoints.sqlite", check_same_thread=False)
-    app = build_graph().compile(checkpointer=SqliteSaver(checkpoints))
+    app = build_graph().compile(checkpointer=sqlite_checkpointer(args.checkpoints or out / "checkpoints.sqlite"))
     if args.resume and not app.get_state(config).values:
         console.print(f"[red]error:[/red] no checkpoint for thread {thread!r} in {args.checkpoints or out / 'checkpoints.sqlite'}")
         return 2
