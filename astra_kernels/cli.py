@@ -334,12 +334,14 @@ def _bench_shapes(folder, args) -> list[dict]:
     if args.shapes:
         return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
     wanted = list(folder.spec.shapes) if args.set == "all" else args.set.split(",")
-    unknown = [w for w in wanted if w not in ("astra", "serving", "odd")]
+    unknown = [w for w in wanted if w not in ("astra", "serving", "odd", "decode")]
     if unknown:
-        raise SystemExit(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd or all")
+        raise SystemExit(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd, decode or all")
+    decode = [s for name in ("astra", "serving") for s in folder.spec.shapes.get(name, [])
+              if next(iter(s.values())) <= DECODE_TOKENS]
     seen, shapes = set(), []
     for name in wanted:
-        for shape in folder.spec.shapes.get(name, []):
+        for shape in decode if name == "decode" else folder.spec.shapes.get(name, []):
             if folder.spec.label(shape) not in seen:
                 seen.add(folder.spec.label(shape))
                 shapes.append(shape)
@@ -388,7 +390,7 @@ def cmd_bench(args) -> int:
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
         report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
                                  command="astra bench " + " ".join(args.argv),
-                                 input_layout=args.layout, checkpoint=checkpoint,
+                                 input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint,
                                  progress=lambda label: console.print(f"[dim]{label}[/dim]", highlight=False))
     return _bench_outputs(args, report)
 
@@ -406,6 +408,14 @@ def _bench_outputs(args, report) -> int:
         for cells in benchmark.table_rows(report):
             table.add_row(*cells)
         console.print(table)
+        if pdl_rows := benchmark.pdl_table_rows(report):
+            table = Table(title=f"with programmatic dependent launch (PDL-chained empty kernel "
+                                f"{report.launch_floor_pdl_us or float('nan'):.2f} us)")
+            for column in benchmark.PDL_COLUMNS:
+                table.add_column(column)
+            for cells in pdl_rows:
+                table.add_row(*cells)
+            console.print(table)
         for line in report.goals():
             console.print(line, highlight=False)
     if out:
@@ -619,7 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time baseline, tuned kernel and PyTorch peers at every shape against the floors")
     bench.add_argument("--kernels", help="comma-separated (default: the whole suite)")
     bench.add_argument("--set", default="astra,serving",
-                       help="shape sets, comma-separated: astra, serving, odd or all (default astra,serving)")
+                       help="shape sets, comma-separated: astra, serving, odd, decode (astra and serving shapes of "
+                            "at most 16 tokens) or all (default astra,serving)")
     bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
     bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
     bench.add_argument("--tuned", help="folder of `astra tune` outputs, one KERNEL/ subfolder each "
@@ -628,6 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
                        help="rotating input sets packed in one allocation (default) or one allocation per buffer")
+    bench.add_argument("--pdl", action="store_true",
+                       help="also time baseline, tuned kernel and copy launched with programmatic dependent launch "
+                            "(sm_90+), as separate columns")
     bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here")
     bench.add_argument("--from", dest="from_json", nargs="+", metavar="JSON",
                        help="no GPU: render (and merge) the bench.json of earlier runs instead of measuring")

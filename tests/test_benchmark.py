@@ -79,6 +79,9 @@ def test_bench_shape_sets(capsys):
     labels = [folder.spec.label(s) for s in cli._bench_shapes(folder, args)]
     assert labels[:5] == ["16x4096", "32x5120", "32x8192", "16x12288", "64x8192"] and "5x12" in labels
     args = cli.build_parser().parse_args(["bench", "--set", "decode"])
+    assert [folder.spec.label(s) for s in cli._bench_shapes(folder, args)] == [
+        "16x4096", "16x12288", "1x14336", "1x28672", "16x14336", "16x28672"]
+    args = cli.build_parser().parse_args(["bench", "--set", "prefill"])
     with pytest.raises(SystemExit, match="unknown shape set"):
         cli._bench_shapes(folder, args)
     # a kernel without an astra set simply has fewer shapes

@@ -14,14 +14,15 @@ from astra_kernels.tools.timing import time_graph
 
 pytestmark = pytest.mark.gpu
 
-# Each launch spins first, so a successor that did not wait would read the buffer before this
-# launch wrote it.
+# Each launch reads, spins, then writes: a successor that started early and did not wait reads
+# its input while this launch is still spinning, before the write.
 STEP = r"""
 extern "C" __global__ void step(const float* __restrict__ a, float* __restrict__ b, int n, long long spin) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? *(volatile const float*)(a + i) : 0.0f;  // volatile: the load stays before the spin
     long long start = clock64();
     while (clock64() - start < spin) { }
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) b[i] = a[i] + 1.0f;
+    if (i < n) b[i] = v + 1.0f;
 }
 """
 NO_WAIT = STEP.replace("long long spin) {", "long long spin) {\n#if __CUDA_ARCH__ >= 900\n"

@@ -26,6 +26,13 @@ from .errors import CompileError, CompileTimeoutError, ToolchainError
 START_TIMEOUT_S = 120.0
 
 
+def python_command(module: str) -> list[str]:
+    """`python -m module` as this interpreter was started: with -P (no working directory on the
+    import path) when this process has it, so a checkout's partial astra_kernels/ folder cannot
+    shadow the installed package in the child when it does not in the parent."""
+    return [sys.executable, *(["-P"] if sys.flags.safe_path else []), "-m", module]
+
+
 def child_environment() -> dict[str, str]:
     """This process's environment, with its import path, so the child imports what we import
     (a source checkout, a test folder) and not only what is installed."""
@@ -54,8 +61,7 @@ class CompilerProcess:
         from_child_read, from_child_write = os.pipe()
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "astra_kernels.tools.compiler_process",
-                 str(to_child_read), str(from_child_write)],
+                [*python_command("astra_kernels.tools.compiler_process"), str(to_child_read), str(from_child_write)],
                 pass_fds=(to_child_read, from_child_write), stdin=subprocess.DEVNULL,
                 env=child_environment(),
             )

@@ -38,7 +38,7 @@ def copy_request(nbytes: int, *, multiprocessors: int = 132, threads: int = 512)
         Param("dst", "out", "uint32", (words,)),
         Param("n", "scalar", "uint64", value=nbytes // 16),
     ]
-    blocks = min(multiprocessors * 8, max(1, nbytes // 16 // threads))
+    blocks = min(multiprocessors * 8, -(-(nbytes // 16) // threads))  # every vector its own thread when it fits
     problem = Problem(params=params, make_case=functools.partial(_copy_case, words),
                       bytes_moved=2 * nbytes, label=f"copy {nbytes} B")
     return EvaluationRequest(source=COPY_SOURCE, kernel="copy_vec4",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from .compiler_process import child_environment
+from .compiler_process import child_environment, python_command
 from .evaluation import EvaluationRequest, EvaluationResult
 
 ERROR_EXIT_CODE = 86  # what compute-sanitizer exits with when it found errors (--error-exitcode)
@@ -98,7 +98,7 @@ def sanitize(request: EvaluationRequest, *, binary: str | None = None, timeout_s
         # import, and each probe this driver lacks would count; a failed launch shows in `result`.
         command = [binary, "--tool", "memcheck", "--report-api-errors", "no",
                    "--error-exitcode", str(ERROR_EXIT_CODE),
-                   sys.executable, "-m", "astra_kernels.tools.sanitizer",
+                   *python_command("astra_kernels.tools.sanitizer"),
                    str(request_path), str(result_path), str(device_index)]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=child_environment(), start_new_session=True)
