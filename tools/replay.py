@@ -16,6 +16,7 @@ import os
 import shutil
 import sqlite3
 import uuid
+import zlib
 from pathlib import Path
 
 from .errors import AstraError, WorkerError
@@ -30,7 +31,10 @@ class ReplayWorker:
         self.store_path = Path(store_path)
         if not self.store_path.is_file():
             raise AstraError(f"no results store at {self.store_path} to replay")
-        devices = self.recorded_devices(self.store_path)
+        try:
+            devices = self.recorded_devices(self.store_path)
+        except sqlite3.DatabaseError as exc:
+            raise AstraError(f"{recording or self.store_path} is not a readable results store ({exc})") from exc
         if not devices:
             raise AstraError(f"{self.store_path} holds no measurement to replay")
         if device is None and len(devices) > 1:
@@ -69,13 +73,20 @@ class ReplayWorker:
         fresh = store_path.with_name(f".{store_path.name}.{uuid.uuid4().hex}.copy")
         try:
             opener = gzip.open if recording.suffix == ".gz" else open
-            with opener(recording, "rb") as source, open(fresh, "xb") as target:
-                shutil.copyfileobj(source, target)
+            try:
+                with opener(recording, "rb") as source, open(fresh, "xb") as target:
+                    shutil.copyfileobj(source, target)
+                with contextlib.closing(sqlite3.connect(fresh)) as db:  # a damaged recording must not
+                    db.execute("SELECT count(*), max(result) FROM results").fetchone()  # replace a good copy
+            except (gzip.BadGzipFile, EOFError, zlib.error, sqlite3.DatabaseError) as exc:
+                raise AstraError(f"{recording} is not a readable results store ({exc}); "
+                                 "it is left as it is") from exc
             if store_path.exists():
                 _refuse_to_lose(store_path, fresh, recording)
             os.replace(fresh, store_path)
         except BaseException:
-            fresh.unlink(missing_ok=True)
+            for path in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
+                path.unlink(missing_ok=True)
             raise
         for leftover in ("-wal", "-shm"):  # the replaced store's journal would be applied to the copy
             Path(f"{store_path}{leftover}").unlink(missing_ok=True)
@@ -83,7 +94,7 @@ class ReplayWorker:
 
     @staticmethod
     def recorded_devices(path: Path) -> list[tuple[str, str]]:
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
             return [tuple(r) for r in db.execute(
                 "SELECT DISTINCT device, arch FROM results WHERE device != '' ORDER BY device")]
 

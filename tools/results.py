@@ -185,7 +185,20 @@ class ResultsStore:
     def get(self, key: str) -> EvaluationResult | None:
         with self._guard("read"):
             row = self._db.execute("SELECT result FROM results WHERE key = ?", (key,)).fetchone()
-        return EvaluationResult.model_validate_json(row[0]) if row else None
+        if row is None:
+            return None
+        with self._damaged_row(key):
+            return EvaluationResult.model_validate_json(row[0])
+
+    @contextmanager
+    def _damaged_row(self, key: str) -> Iterator[None]:
+        """A file cut short can still open and pass SQLite's checks: its last page reads back
+        zero-filled, so a row's JSON breaks off. Name the file and the row."""
+        try:
+            yield
+        except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError alike
+            raise ResultsStoreError(f"results store {self.path}: row {key} is damaged "
+                                    f"({str(exc).splitlines()[0][:200]}); the file is left as it is") from exc
 
     def _where(self, filters: dict) -> tuple[str, list]:
         unknown = set(filters) - _FILTERS
@@ -204,10 +217,11 @@ class ResultsStore:
                                       "ORDER BY created_at, rowid", values)
             found = [dict(zip(_NAMES, r)) for r in cursor]
         for row in found:
-            for name in _JSON_COLUMNS:
-                row[name] = json.loads(row[name])
+            with self._damaged_row(row["key"]):
+                for name in _JSON_COLUMNS:
+                    row[name] = json.loads(row[name])
+                row["result"] = json.loads(row["result"])
             row["spills"] = None if row["spills"] is None else bool(row["spills"])
-            row["result"] = json.loads(row["result"])
         return found
 
     def count(self, **filters) -> int:
