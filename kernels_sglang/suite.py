@@ -2,7 +2,9 @@
 
 Each folder under kernels_sglang/ holds spec.py (a KernelSpec named SPEC), reference.py
 (`make_inputs` and the float64 `reference`), baseline.cu and template.cu. This module is the one
-place that knows that layout.
+place that knows that layout, so it is also where a folder that breaks it is named: a missing
+file, a spec.py that does not import or validate, a template that does not parse, each as a
+KernelFolderError with the file and, where there is one, the line.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import random
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -36,6 +39,13 @@ C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
 
 class UnknownKernelError(AstraError):
     """A kernel name that is not a folder of the suite."""
+
+
+class KernelFolderError(AstraError):
+    """A kernel folder that cannot be loaded; the message starts with the file (and line)."""
+
+
+FILES = ("spec.py", "reference.py", "baseline.cu", "template.cu")
 
 
 def names() -> list[str]:
@@ -74,14 +84,50 @@ def load(name: str) -> KernelFolder:
     if name not in names():
         raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}")
     path = SUITE_DIR / name
-    spec = importlib.import_module(f"{__package__}.{name}.spec").SPEC
-    reference = importlib.import_module(f"{__package__}.{name}.reference")
+    spec = getattr(_module(name, "spec"), "SPEC", None)
+    if not isinstance(spec, KernelSpec):
+        raise KernelFolderError(f"{path / 'spec.py'}: defines no SPEC (a KernelSpec from kernels_sglang/schema.py)")
+    if spec.name != name:
+        raise KernelFolderError(f"{path / 'spec.py'}: SPEC.name is {spec.name!r}, but the folder is {name!r}")
+    reference = _module(name, "reference")
+    missing = [f for f in ("make_inputs", "reference") if not callable(getattr(reference, f, None))]
+    if missing:
+        raise KernelFolderError(f"{path / 'reference.py'}: defines no {' or '.join(missing)}()")
     symbols = template_symbols(spec)
-    baseline = parse_template((path / "baseline.cu").read_text(), f"{name}/baseline.cu", symbols)
-    template = parse_template((path / "template.cu").read_text(), f"{name}/template.cu", symbols)
+    baseline = parse_template(_text(path / "baseline.cu"), f"{name}/baseline.cu", symbols)
+    template = parse_template(_text(path / "template.cu"), f"{name}/template.cu", symbols)
     if baseline.parameters:
         raise AstraError(f"{name}/baseline.cu declares parameters; a baseline has one fixed configuration")
     return KernelFolder(name, path, spec, reference, baseline, template)
+
+
+def _missing(path: Path) -> KernelFolderError:
+    return KernelFolderError(f"{path}: missing; a kernel folder holds {', '.join(FILES)}")
+
+
+def _module(name: str, module: str) -> ModuleType:
+    """A kernel folder's Python file, imported; whatever stops it names the file and line."""
+    path = SUITE_DIR / name / f"{module}.py"
+    if not path.is_file():
+        raise _missing(path)
+    try:
+        return importlib.import_module(f"{__package__}.{name}.{module}")
+    except SyntaxError as exc:
+        raise KernelFolderError(f"{exc.filename or path}:{exc.lineno}: {exc.msg}") from exc
+    except Exception as exc:  # an import, a name or a spec that fails validation, raised as the file runs
+        here = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+                if Path(f.filename).resolve() == path.resolve()]
+        line = f":{here[-1]}" if here else ""
+        raise KernelFolderError(f"{path}{line}: {type(exc).__name__}: {exc}") from exc
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise _missing(path) from None
+    except UnicodeDecodeError as exc:
+        raise KernelFolderError(f"{path}: not UTF-8 text ({exc})") from exc
 
 
 def compute_capability(arch: str | None) -> int:

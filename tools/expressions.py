@@ -4,6 +4,10 @@ Templates come from people and, later, from a chat model, so their expressions a
 Python's `ast` and evaluated by walking a whitelist of node types: integer and float arithmetic,
 comparisons, `and`/`or`/`not`, `a if c else b`, names and a few named functions. Nothing is ever
 passed to eval(); an attribute, a subscript or an unknown function is an error that names it.
+Nor may an expression hang or exhaust the process that evaluates it: exponents and shifts are
+bounded (2 ** 10 ** 10 would compute for hours), nesting too deep to parse or walk is an error,
+and arithmetic that fails (inf to int, a negative shift, a function given the wrong arguments)
+is an ExpressionError like any other.
 """
 
 from __future__ import annotations
@@ -18,6 +22,21 @@ from .errors import AstraError
 
 class ExpressionError(AstraError):
     """An expression that does not parse, uses something not allowed, or names an unknown symbol."""
+
+
+MAX_EXPONENT = 64  # of ** and <<: no launch geometry or constraint needs a number beyond 2 ** 64
+
+
+def _power(base, exponent):
+    if abs(exponent) > MAX_EXPONENT:
+        raise ExpressionError(f"exponent {exponent} is beyond {MAX_EXPONENT}")
+    return operator.pow(base, exponent)
+
+
+def _shift(value, by):
+    if by > MAX_EXPONENT:
+        raise ExpressionError(f"shift by {by} is beyond {MAX_EXPONENT}")
+    return operator.lshift(value, by)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -49,8 +68,8 @@ FUNCTIONS = {
 _BINARY = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.truediv,
-    ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
-    ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.Pow: _power, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+    ast.LShift: _shift, ast.RShift: operator.rshift,
 }
 _COMPARE = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -67,9 +86,14 @@ class Expression:
             tree = ast.parse(self.text, mode="eval")
         except SyntaxError as exc:
             raise ExpressionError(f"cannot parse {self.text!r}: {exc.msg}") from None
+        except (RecursionError, MemoryError):
+            raise ExpressionError(f"cannot parse {self.text[:80]!r}...: nested too deeply") from None
         self.tree = tree.body
         self.names: set[str] = set()
-        self._validate(self.tree)
+        try:
+            self._validate(self.tree)
+        except RecursionError:
+            raise ExpressionError(f"{self.text[:80]!r}...: nested too deeply") from None
 
     def _validate(self, node: ast.AST) -> None:
         if isinstance(node, ast.Constant):
@@ -112,6 +136,10 @@ class Expression:
             return self._eval(self.tree, env)
         except ZeroDivisionError:
             raise ExpressionError(f"{self.text!r}: division by zero") from None
+        except ExpressionError as exc:
+            raise ExpressionError(f"{self.text!r}: {exc}") from None
+        except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:  # overflow, negative shift, min()
+            raise ExpressionError(f"{self.text!r}: {type(exc).__name__}: {exc}") from None
 
     def _eval(self, node, env):
         if isinstance(node, ast.Constant):

@@ -98,6 +98,7 @@ class Template:
     fast_math: Expression | None = None
     max_registers: Expression | None = None
     default: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)  # each keyed directive's line, for errors
 
     @property
     def names(self) -> list[str]:
@@ -153,8 +154,8 @@ class Template:
         for constraint in self.constraints:
             if not self._eval(constraint.expression, scope, constraint.line):
                 return Exclusion(dict(config), constraint.reason or constraint.expression.text, constraint.line)
-        grid = tuple(int(self._eval(e, scope, 0)) for e in self.grid)
-        block = tuple(int(self._eval(e, scope, 0)) for e in self.block)
+        grid = tuple(self._eval(e, scope, self.lines.get("grid", 0), int) for e in self.grid)
+        block = tuple(self._eval(e, scope, self.lines.get("block", 0), int) for e in self.block)
         for what, dims in (("grid", grid), ("block", block)):
             if any(d < 1 for d in dims):
                 return Exclusion(dict(config), f"{what} {dims} has an empty dimension", 0)
@@ -162,16 +163,20 @@ class Template:
             config=dict(config),
             defines={**{k: int(v) for k, v in config.items()}, **{k: _define(v) for k, v in derived.items()}},
             grid=grid, block=block,
-            shared_bytes=int(self._eval(self.shared, scope, 0)) if self.shared else 0,
-            fast_math=bool(self._eval(self.fast_math, scope, 0)) if self.fast_math else False,
-            max_registers=int(self._eval(self.max_registers, scope, 0)) if self.max_registers else None,
+            shared_bytes=self._eval(self.shared, scope, self.lines.get("shared", 0), int) if self.shared else 0,
+            fast_math=self._eval(self.fast_math, scope, self.lines.get("fast_math", 0), bool) if self.fast_math else False,
+            max_registers=(self._eval(self.max_registers, scope, self.lines.get("max_registers", 0), int)
+                           if self.max_registers else None),
         )
 
-    def _eval(self, expression: Expression, scope, line: int):
+    def _eval(self, expression: Expression, scope, line: int, cast=None):
         try:
-            return expression(scope)
+            value = expression(scope)
+            return value if cast is None else cast(value)
         except ExpressionError as exc:
             raise TemplateError(f"{self.path}:{line}: {exc}") from None
+        except (ArithmeticError, ValueError, TypeError) as exc:  # an infinite or complex size
+            raise TemplateError(f"{self.path}:{line}: {expression.text!r}: {type(exc).__name__}: {exc}") from None
 
 
 def _define(value) -> int:
@@ -183,6 +188,13 @@ _DERIVE = re.compile(r"^derive\s+([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
 _REQUIRE = re.compile(r"^require\s+(.+?)\s*$")
 _KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|default)\s*:\s*(.*?)\s*$")
 _NUMBER = re.compile(r"^-?\d+$")
+# How each directive is written, for the error on a line that starts with its word but does not parse.
+_USAGE = {
+    "param": "param NAME: V1, V2, ... -- what it does", "derive": "derive NAME = EXPRESSION",
+    "require": "require EXPRESSION -- why", "kernel": "kernel: NAME", "grid": "grid: X[, Y[, Z]]",
+    "block": "block: X[, Y[, Z]]", "shared": "shared: BYTES", "fast_math": "fast_math: 0 or 1",
+    "max_registers": "max_registers: N", "default": "default: NAME=V NAME=V ...",
+}
 
 
 def _split_comment(text: str) -> tuple[str, str]:
@@ -246,6 +258,8 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                     template.default = _parse_assignments(value, where)
                 else:
                     setattr(template, "shared" if key == "shared" else key, Expression(value))
+            elif (word := re.match(r"[A-Za-z_]*", text).group()) in _USAGE:
+                raise TemplateError(f"{where}: malformed {word} directive; write it as `//@ {_USAGE[word]}`")
             else:
                 raise TemplateError(
                     f"{where}: unknown directive {text.split()[0] if text else '(empty)'!r}; expected "
@@ -253,6 +267,7 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                 )
         except ExpressionError as exc:
             raise TemplateError(f"{where}: {exc}") from None
+    template.lines = keyed_lines
     _check_complete(template, set(symbols), keyed_lines)
     return template
 
