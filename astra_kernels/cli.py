@@ -329,6 +329,31 @@ def cmd_verify(args) -> int:
     return 1 if failures else 0
 
 
+def cmd_export(args) -> int:
+    """Write a dispatch table as a standalone .cu, a Python callable on framework tensors, and a guide."""
+    import shlex
+
+    from astra_kernels.kernels_sglang import export, suite
+
+    source = export.resolve_source(args.source, args.gpu_kind, args.kernel)
+    folder = suite.load(source.table.kernel)
+    shapes = [folder.spec.parse_shape(s) for s in args.shapes.split(",")] if args.shapes else []
+    out = Path(args.out or f"export/{source.table.kernel}")
+    result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
+                           command=shlex.join(["astra", "export", *args.argv]))
+    if args.json:
+        print(json.dumps({"out": str(result.out), "files": [str(f) for f in result.files],
+                          "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable}, indent=2))
+        return 0
+    console.print(f"{source.table.kernel} ({source.table.dtype}, {len(source.table.entries)} tuned shapes) from "
+                  f"{source.shown}: {len(result.binaries)} kernels in {len(result.groups)} flag group(s)", highlight=False)
+    for path in result.files:
+        console.print(f"  {path}", highlight=False)
+    for label, reason in result.unrunnable.items():
+        console.print(f"[yellow]no configuration runs at {label}:[/yellow] {escape(reason)}", highlight=False)
+    return 0
+
+
 def _bench_shapes(folder, args) -> list[dict]:
     """--shapes, else the named sets (comma-separated; `all` is every set) that the kernel has."""
     if args.shapes:
@@ -656,6 +681,18 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--store", help="results store (default OUT/results.sqlite)")
     verify.add_argument("--gpu", type=int, default=0)
     verify.set_defaults(func=cmd_verify)
+
+    export = sub.add_parser("export", help="a tuned kernel as a standalone .cu, a Python callable and an SGLang guide")
+    export.add_argument("source", nargs="?", help="the --out folder of `astra tune` or a dispatch .json "
+                                                  "(or none, with --gpu-kind and --kernel)")
+    export.add_argument("--gpu-kind", help="export the table shipped for this GPU kind (h200)")
+    export.add_argument("--kernel", help="the kernel of the shipped table (or a check on SOURCE's)")
+    export.add_argument("--out", help="the folder to write (default export/KERNEL)")
+    export.add_argument("--shapes", help="comma-separated shapes the .cu must cover besides the table's and the spec's")
+    export.add_argument("--sms", type=int, default=132, help="multiprocessors of the target GPU (default 132: H100, H200)")
+    export.add_argument("--arch", default="sm_90", help="the target architecture (default sm_90)")
+    export.add_argument("--json", action="store_true")
+    export.set_defaults(func=cmd_export)
 
     report = sub.add_parser("report", help="markdown and HTML with charts from a results store (no GPU needed)")
     report.add_argument("store", help="a results store (.sqlite or .sqlite.gz), the --out folder of `astra tune` "

@@ -262,6 +262,18 @@ class Device:
         function = check(driver.cuModuleGetFunction(handle, name.encode()), f"get {name}")
         return Kernel(function, info)
 
+    def load_all(self, module: CompiledModule) -> dict[str, Kernel]:
+        """Load a module's cubin once and return all its kernels (an exported file holds many)."""
+        if module.arch.rstrip("af") != self.properties.arch:
+            raise LaunchError(
+                f"module compiled for {module.arch} cannot run on this {self.properties.arch} device"
+            )
+        driver = _driver()
+        handle = check(driver.cuModuleLoadData(module.cubin), "cuModuleLoadData")
+        self._modules.append(handle)
+        return {name: Kernel(check(driver.cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
+                for name, info in module.kernels.items()}
+
     def set_dynamic_shared(self, kernel: Kernel, nbytes: int) -> None:
         """Allow `nbytes` of dynamic shared memory (needed above 48 KB)."""
         driver = _driver()
