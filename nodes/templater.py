@@ -2,7 +2,9 @@
 
 The answer is parsed (undefined names, empty spaces and malformed constraints are errors naming
 the line) and its default configuration compiled at the first shape before it is accepted as the
-template the tuner searches next; a failure is fed back on the next try.
+template the tuner searches next; a failure is fed back on the next try. That compile runs
+in a child process under a deadline: the model's code may take NVRTC forever (constexpr loops),
+and the agent must not hang on it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from .facts import describe
 from .generator import failed, feedback, next_id
 from .measure import parse_candidate
 from .progress import say
+
+COMPILE_TIMEOUT_S = 150.0  # as the evaluation worker's default: half of its 300 s per evaluation
 
 
 def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -44,7 +48,8 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         instance = template.instantiate(template.default, env)
         if isinstance(instance, Exclusion):
             raise AstraError(f"the default configuration is excluded at {folder.spec.label(shape)}: {instance.reason}")
-        compile_source(code, instance.compile_options(suite.base_options(state["dtype"], folder.spec.variants["default"], None)))
+        compile_source(code, instance.compile_options(suite.base_options(state["dtype"], folder.spec.variants["default"], None)),
+                       timeout_s=COMPILE_TIMEOUT_S)
     except CompileError as exc:
         return failed(state, candidate.model_copy(update={"verdict": "compile_error", "message": str(exc)}), "templater")
     except AstraError as exc:  # an unusable answer, a malformed template, an excluded default

@@ -208,3 +208,24 @@ def test_a_transient_429_is_absorbed_by_the_client_retry_and_leaves_no_trace(tmp
     assert not any("no usable plan" in e for e in result["report"]["events"])
     assert json.dumps(result["report"]).count("RateLimitError") == 0
     assert Candidate.model_validate(result["best"]).origin == "tune"
+
+
+def test_a_model_template_that_takes_the_compiler_forever_is_cut_off_and_the_run_goes_on(tmp_path, monkeypatch):
+    """The templater compiles the model's template before accepting it, in a child process under
+    a deadline: code that keeps NVRTC busy for minutes is a compile error naming the deadline."""
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.nodes import templater
+    from faulty import endless_source
+
+    monkeypatch.setattr(templater, "COMPILE_TIMEOUT_S", 3.0)
+    slow = (suite.SUITE_DIR / "silu_and_mul" / "template.cu").read_text() + endless_source()
+    gpu = FakeGPU()
+    script = ["ready", decision("templatize"), f"A template.\n```cuda\n{slow}```", decision("stop")]
+    started = time.monotonic()
+    with FaultyEndpoint(script) as endpoint:
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=0))
+    assert time.monotonic() - started < 60
+    failed = result["history"][0]
+    assert failed["verdict"] == "compile_error" and "did not finish within 3 s" in failed["message"], failed["message"]
+    assert result["report"]["stop_reason"] and Candidate.model_validate(result["best"]).origin == "baseline"
+    _nothing_lost(tmp_path, result, app, config, gpu)
