@@ -97,8 +97,10 @@ class TuneReport(BaseModel):
 def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shapes: list[dict[str, int]],
          dtype: str, variant: str = "default", strategy: str = "auto", budget: Budget | None = None,
          rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
-         verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None) -> TuneReport:
-    """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring."""
+         verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
+         compile_timeout_s: float | None = None) -> TuneReport:
+    """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
+    `compile_timeout_s` bounds each configuration's compile while the space is pruned."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -115,7 +117,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         label = spec.label(shape)
         env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
         configs = folder.template.sample_configs(sample, seed) if sample else None
-        space = build_space(folder.template, env, base, limits, configs=configs, max_spill_bytes=max_spill_bytes)
+        space = build_space(folder.template, env, base, limits, configs=configs, max_spill_bytes=max_spill_bytes,
+                            compile_timeout_s=compile_timeout_s)
         if progress:
             progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))

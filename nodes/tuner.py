@@ -20,6 +20,7 @@ from .generator import failed, next_id
 from .measure import parse_candidate, stored_evaluator
 from .planner import template_key
 from .progress import say
+from . import templater
 
 
 def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -33,9 +34,11 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         if trial is None:
             say("tuner", label)
 
+    # A model's template may compile for ever at some parameter values; the suite's own never does.
+    deadline = None if source == suite.load(state["kernel"]).template.source else templater.COMPILE_TIMEOUT_S
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
                          budget=Budget(seconds=context.tune_seconds / len(shapes)), sample=context.tune_sample,
-                         progress=progress)
+                         progress=progress, compile_timeout_s=deadline)
     measurements, configs = [], {}
     for shaped in report.shapes:
         best, best_us = shaped.search.best_config, shaped.search.best_us

@@ -88,11 +88,10 @@ def test_a_planner_request_that_fails_mid_run_leaves_the_plan_to_the_rules(tmp_p
     _nothing_lost(tmp_path, result, app, config, gpu)
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
+# (an endpoint that went down cannot answer the retry: test_the_endpoint_going_down_for_good... covers it)
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "the endpoint going down"])
 def test_a_generator_request_that_fails_counts_as_a_failed_attempt_and_the_retry_goes_on(tmp_path, fault):
     replies, retries, timeout, reason = FAULTS[fault]
-    if fault == "the endpoint going down":
-        pytest.skip("a retry cannot reach an endpoint that is down; the planner case covers it")
     script = ["ready", decision("rewrite"), *replies, code_answer("us=1.5"), decision("stop")]
     gpu = FakeGPU()
     with FaultyEndpoint(script) as endpoint:
@@ -228,4 +227,39 @@ def test_a_model_template_that_takes_the_compiler_forever_is_cut_off_and_the_run
     failed = result["history"][0]
     assert failed["verdict"] == "compile_error" and "did not finish within 3 s" in failed["message"], failed["message"]
     assert result["report"]["stop_reason"] and Candidate.model_validate(result["best"]).origin == "baseline"
+    _nothing_lost(tmp_path, result, app, config, gpu)
+
+
+def test_a_model_template_that_compiles_for_ever_at_some_values_is_pruned_there_and_tuned_elsewhere(
+        tmp_path, monkeypatch):
+    """The default configuration (VEC=8) compiles, so the templater accepts the template; VEC=4
+    never finishes: the tuner's space pruning cuts those configurations at the deadline, and the
+    search runs over the rest."""
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.nodes import templater
+    from astra_kernels.tools import space
+    from faulty import endless_source
+
+    monkeypatch.setattr(templater, "COMPILE_TIMEOUT_S", 3.0)
+    cut_off = []
+
+    def spy(*args, **kw):
+        outcomes = compile_many(*args, **kw)
+        cut_off.extend(o for o in outcomes if o.error_type == "CompileTimeoutError")
+        return outcomes
+
+    compile_many = space.compile_many
+    monkeypatch.setattr(space, "compile_many", spy)
+    slow = ((suite.SUITE_DIR / "silu_and_mul" / "template.cu").read_text()
+            + "\n#if VEC == 4\n" + endless_source(2048) + "\n#endif\n")
+    gpu = FakeGPU()
+    script = ["ready", decision("templatize"), f"A template.\n```cuda\n{slow}```", decision("stop")]
+    started = time.monotonic()
+    with FaultyEndpoint(script) as endpoint:
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=0))
+    assert time.monotonic() - started < 240
+    assert cut_off and all("did not finish within 3 s" in o.error for o in cut_off)
+    tuned = Candidate.model_validate(result["best"])
+    assert [c["verdict"] for c in result["history"]] == ["accepted"] and tuned.origin == "tune"
+    assert all(c["VEC"] != 4 for c in tuned.configs.values())
     _nothing_lost(tmp_path, result, app, config, gpu)

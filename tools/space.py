@@ -59,8 +59,10 @@ class SpaceReport(BaseModel):
 
 def build_space(template: Template, env: Mapping[str, int], base: CompileOptions, limits: Limits, *,
                 configs: Iterable[dict[str, int]] | None = None, max_spill_bytes: int = 0,
-                workers: int | None = None) -> SpaceReport:
-    """Shrink `configs` (default: the whole space) for one environment (shape, dtype, variant)."""
+                workers: int | None = None, compile_timeout_s: float | None = None) -> SpaceReport:
+    """Shrink `configs` (default: the whole space) for one environment (shape, dtype, variant).
+    `compile_timeout_s` prunes a configuration NVRTC has not finished by then (a template from a
+    chat model may hold code that compiles for ever at some parameter values)."""
     configs = list(template.all_configs() if configs is None else configs)
     pruned: list[Pruned] = []
     instances = []
@@ -71,7 +73,7 @@ def build_space(template: Template, env: Mapping[str, int], base: CompileOptions
         else:
             instances.append(instance)
     options = [instance.compile_options(base) for instance in instances]
-    outcomes = compile_many([(template.source, o) for o in options], workers=workers)
+    outcomes = compile_many([(template.source, o) for o in options], workers=workers, timeout_s=compile_timeout_s)
     candidates = []
     compiled = 0
     for instance, opts, outcome in zip(instances, options, outcomes):
