@@ -48,8 +48,8 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         instance = template.instantiate(template.default, env)
         if isinstance(instance, Exclusion):
             raise AstraError(f"the default configuration is excluded at {folder.spec.label(shape)}: {instance.reason}")
-        compile_source(code, instance.compile_options(suite.base_options(state["dtype"], folder.spec.variants["default"], None)),
-                       timeout_s=COMPILE_TIMEOUT_S)
+        options = instance.compile_options(suite.base_options(state["dtype"], folder.spec.variants["default"], None))
+        compile_source(code, options, timeout_s=COMPILE_TIMEOUT_S)
     except CompileError as exc:
         return failed(state, candidate.model_copy(update={"verdict": "compile_error", "message": str(exc)}), "templater")
     except AstraError as exc:  # an unusable answer, a malformed template, an excluded default

@@ -53,17 +53,20 @@ class FaultyEndpoint:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
+                kind = "application/json"
                 if reply.body is not None:
                     payload, kind = reply.body, "text/html"
                 elif reply.status != 200:
-                    said = reply.content + (f" (you sent {self.headers.get('Authorization')})" if reply.echo_auth else "")
-                    payload, kind = json.dumps({"error": {"message": said, "type": "server_error"}}).encode(), "application/json"
+                    said = reply.content
+                    if reply.echo_auth:
+                        said += f" (you sent {self.headers.get('Authorization')})"
+                    payload = json.dumps({"error": {"message": said, "type": "server_error"}}).encode()
                 else:
-                    payload, kind = json.dumps({
+                    payload = json.dumps({
                         "id": "stub", "object": "chat.completion", "created": 0, "model": body["model"],
                         "choices": [{"index": 0, "finish_reason": reply.finish_reason,
                                      "message": {"role": "assistant", "content": reply.content}}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode(), "application/json"
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", kind)

@@ -18,7 +18,7 @@ import time
 import pytest
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from agent_fakes import BASELINE, FakeGPU, code_answer, decision, kernel
+from agent_fakes import FakeGPU, code_answer, decision, kernel
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.graph.state import Candidate
 from astra_kernels.tools.compiler import compile_source

@@ -100,8 +100,8 @@ def test_processes_are_started_by_few_modules_with_argument_lists_free_of_model_
                 users.add(name)
             if any("build_wheelhouse" in n for n in names):
                 importers.append(name)
-            if isinstance(node, ast.Call) and _dotted(node.func) in ("subprocess.run", "subprocess.Popen",
-                                                                      "subprocess.check_call", "subprocess.check_output"):
+            starts = ("subprocess.run", "subprocess.Popen", "subprocess.check_call", "subprocess.check_output")
+            if isinstance(node, ast.Call) and _dotted(node.func) in starts:
                 argv = _argv(node, tree)
                 if argv is None:
                     problems.append(f"{name}:{node.lineno}: not started with an argument list")

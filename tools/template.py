@@ -164,7 +164,8 @@ class Template:
             defines={**{k: int(v) for k, v in config.items()}, **{k: _define(v) for k, v in derived.items()}},
             grid=grid, block=block,
             shared_bytes=self._eval(self.shared, scope, self.lines.get("shared", 0), int) if self.shared else 0,
-            fast_math=self._eval(self.fast_math, scope, self.lines.get("fast_math", 0), bool) if self.fast_math else False,
+            fast_math=(self._eval(self.fast_math, scope, self.lines.get("fast_math", 0), bool)
+                       if self.fast_math else False),
             max_registers=(self._eval(self.max_registers, scope, self.lines.get("max_registers", 0), int)
                            if self.max_registers else None),
         )
