@@ -355,7 +355,10 @@ def cmd_export(args) -> int:
 
 
 def _bench_shapes(folder, args) -> list[dict]:
-    """--shapes, else the named sets (comma-separated; `all` is every set) that the kernel has."""
+    """--shapes, else the named sets (comma-separated; `all` is every set) that the kernel has;
+    `decode` is the astra and serving shapes of at most DECODE_TOKENS tokens (issue 5's decode goal)."""
+    from astra_kernels.kernels_sglang.benchmark import DECODE_TOKENS
+
     if args.shapes:
         return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
     wanted = list(folder.spec.shapes) if args.set == "all" else args.set.split(",")

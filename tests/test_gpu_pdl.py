@@ -71,10 +71,15 @@ def test_the_wait_keeps_a_dependent_chain_exact(device, graph):
     assert np.all(out == expected), f"{np.count_nonzero(out != expected)} of {N} elements stale (min {out.min()})"
 
 
-def test_without_the_wait_launches_overlap_and_read_stale_data(device):
-    """The control: our PDL launch really lets grids overlap, so the wait above is what saves them."""
+def test_without_the_wait_replayed_launches_overlap_and_read_stale_data(device):
+    """The control: in a CUDA graph (how every time here is taken) PDL launches really overlap,
+    so the wait above is what keeps them exact. On a plain stream the same chain showed no
+    overlap on an H200 (2026-11-23); that is printed, not asserted."""
     out, expected = _chain(device, NO_WAIT, graph=False)
-    assert np.any(out != expected), "no overlap seen: the PDL attribute did not take effect"
+    print(f"stream, no wait: {np.count_nonzero(out != expected)} of {N} elements stale")
+    out, expected = _chain(device, NO_WAIT, graph=True)
+    print(f"graph, no wait: {np.count_nonzero(out != expected)} of {N} elements stale")
+    assert np.any(out != expected), "no overlap seen in graph replay: the PDL attribute did not take effect"
 
 
 @pytest.mark.parametrize("kernel,shape", [("rmsnorm", {"T": 1, "H": 4096}), ("fused_add_rmsnorm", {"T": 16, "H": 4096}),

@@ -137,7 +137,7 @@ def test_poison_fill_and_upload_land_before_the_kernel_on_the_device_stream():
             host = rng.integers(0, 255, nbytes, dtype=np.uint8)
             src.upload(host)
             dst.fill_bytes(POISON_BYTE)
-            device.launch(kernel, (64,), (256,), [src, dst, nbytes // 16])
+            device.launch(kernel, (64,), (256,), [src, dst, np.uint64(nbytes // 16)])
             device.synchronize()
             assert np.array_equal(dst.download(np.uint8, (nbytes,)), host)
     finally:
