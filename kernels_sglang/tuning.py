@@ -142,7 +142,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     winners = {s.label: s.search.best_config for s in report.shapes if s.search.best_config}
     report.general, report.general_us, measured = _general(winners, report.shapes, request, evaluator, labels)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general,
-                                    entries=[e for s in report.shapes if (e := _entry(s, measured.get(s.label, [])))])
+                                    entries=[_entry(s, measured.get(s.label, [])) for s in report.shapes])
     verify_dispatch(report, folder, worker, evaluator, verify or [], progress)
     return report
 
@@ -239,7 +239,7 @@ def _general(winners: dict[str, dict], shapes, request, evaluator, labels):
     return best, best_times, measured
 
 
-def _entry(shape: ShapeResult, measured: list[tuple[float, dict, str]]) -> DispatchEntry | None:
+def _entry(shape: ShapeResult, measured: list[tuple[float, dict, str]]) -> DispatchEntry:
     """The fastest thing measured at this shape, recorded on `shape` too: its own search's best,
     another shape's winner, or the baseline when none of them beat it."""
     options = list(measured)
@@ -250,7 +250,10 @@ def _entry(shape: ShapeResult, measured: list[tuple[float, dict, str]]) -> Dispa
         shape.dispatch_us, shape.dispatch_from = shape.baseline_us, "baseline"
         return DispatchEntry(shape=shape.shape, config={}, median_us=shape.baseline_us, source="baseline")
     if fastest is None:
-        return None
+        # Asked for but nothing measured (a replay lacking it, a run cut short): the baseline, which
+        # is correct and the reference speed, rather than a guess from the nearest tuned shape.
+        shape.dispatch_from = "baseline (nothing measured here)"
+        return DispatchEntry(shape=shape.shape, config={}, source="baseline")
     us, config, owner = fastest
     shape.dispatch_us = us
     shape.dispatch_from = "search" if owner == shape.label and config == shape.search.best_config else f"the winner at {owner}"

@@ -35,7 +35,7 @@ def _run(name: str, monkeypatch) -> str:
 
 def test_quickstart_tunes_and_shows_the_table(monkeypatch):
     text = _run("quickstart.ipynb", monkeypatch)
-    assert "replaying h200-2026-11-23/rmsnorm.sqlite.gz (NVIDIA H200)" in text
+    assert "replaying h200-2026-11-24/rmsnorm.sqlite.gz (NVIDIA H200)" in text
     # the recorded run's figures at 16384x8192: baseline 188.51 us, fastest measured 131.30 us
     assert "16384x8192: baseline  188.51 us, dispatched  131.30 us (1.44x" in text
     assert "| shape | space |" in text  # the report, rendered as markdown

@@ -81,12 +81,12 @@ def test_replay_errors_name_the_problem(tmp_path):
 
 
 def test_the_shipped_recordings_replay(tmp_path):
-    """The shipped recordings of 2026-11-23 rebuild the shipped rmsnorm table (docs/tuning/rmsnorm)."""
+    """The shipped recording of 2026-11-24 rebuilds the shipped rmsnorm table (docs/tuning/rmsnorm)."""
     import json
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    recording = root / "kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz"
+    recording = root / "kernels_sglang/recorded/h200-2026-11-24/rmsnorm.sqlite.gz"
     shipped = json.loads((root / "kernels_sglang/tuned/h200/rmsnorm.json").read_text())
     shapes = ",".join(suite.load("rmsnorm").spec.label(e["shape"]) for e in shipped["entries"][:2])
     out = tmp_path / "out"
@@ -102,12 +102,12 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     from astra_kernels.kernels_sglang import recordings
 
     path = recordings.resolve("recorded", "rmsnorm")
-    assert path.is_file() and path.parent.name == "h200-2026-11-23"
+    assert path.is_file() and path.parent.name == "h200-2026-11-24"
     assert recordings.resolve("recorded:h200-2026-11-23", "fused_add_rmsnorm").name == "fused_add_rmsnorm.sqlite.gz"
     assert recordings.resolve("some/store.sqlite", "rmsnorm").as_posix() == "some/store.sqlite"
-    with pytest.raises(AstraError, match="no shipped recording of topk_softmax; shipped recordings: .*rmsnorm"):
-        recordings.resolve("recorded", "topk_softmax")
-    assert cli.main(["tune", "topk_softmax", "--replay", "recorded", "--out", str(tmp_path)]) == 1
+    with pytest.raises(AstraError, match="no shipped recording of merge_attn_states; shipped recordings: .*rmsnorm"):
+        recordings.resolve("recorded", "merge_attn_states")
+    assert cli.main(["tune", "merge_attn_states", "--replay", "recorded", "--out", str(tmp_path)]) == 1
 
 
 def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
