@@ -24,14 +24,6 @@ class Recording:
     session: str  # "<device>-<date>", e.g. "h200-2026-11-23"
     path: Path
 
-    @property
-    def device(self) -> str:
-        return self.session.rsplit("-", 3)[0]
-
-    @property
-    def date(self) -> str:
-        return self.session.split("-", 1)[1]
-
 
 def _root() -> Path:
     return Path(str(resources.files(__package__).joinpath(PREFIX)))
