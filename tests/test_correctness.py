@@ -56,6 +56,39 @@ def test_norm_bound_catches_a_uniform_bias():
     assert not check.passed and "norm" in check.detail
 
 
+@pytest.mark.parametrize("case", ["pass", "bad nan", "inf mismatch", "non-finite", "tolerance", "norm"])
+def test_a_comparison_in_pieces_names_what_one_pass_would(monkeypatch, case):
+    """Large outputs are compared in pieces on threads; counts, first and worst positions and
+    norms must come out as if the array had been one piece, whichever pieces hold the faults."""
+    from astra_kernels.tools import correctness
+
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal((37, 29))
+    ref[2, 3], ref[30, 1] = np.nan, np.inf
+    out = ref.astype(np.float32)
+    if case == "bad nan":
+        out[5, 7] = out[33, 2] = np.nan
+    elif case == "inf mismatch":
+        out[30, 1] = 1.0
+    elif case == "non-finite":
+        out[20, 20] = np.inf
+    elif case == "tolerance":
+        out[4, 4] += 0.5
+        out[36, 28] += 2.0
+    elif case == "norm":
+        out += 2e-5
+    tol = Tolerance(rtol=1e-4, atol=1e-4, max_norm_error=1e-5)
+    monkeypatch.setattr(correctness, "_PIECE", 1 << 30)
+    whole = compare("y", out, ref, tol)
+    monkeypatch.setattr(correctness, "_PIECE", 7)
+    pieces = compare("y", out, ref, tol)
+    assert whole.passed == (case == "pass")
+    assert pieces.passed == whole.passed and pieces.max_abs_error == whole.max_abs_error
+    assert pieces.detail.split("relative norm error")[0] == whole.detail.split("relative norm error")[0]
+    if whole.norm_error is not None:
+        assert pieces.norm_error == pytest.approx(whole.norm_error, rel=1e-12)
+
+
 def test_integers_compare_exactly():
     ref = np.arange(10, dtype=np.int32)
     assert compare("i", ref.copy(), ref, DEFAULT_TOLERANCES["fp32"]).passed

@@ -6,7 +6,11 @@ how many elements, the worst one and where.
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel
@@ -27,29 +31,50 @@ class Check(BaseModel):
 POISON_BYTE = 0xFF
 
 
-def compare(name: str, out: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Check:
-    """Elementwise and norm comparison of one output; NaN where the reference has none fails.
+# Elements per piece of a comparison: a piece's float64 temporaries (2 MB each) stay in the CPU's
+# caches, and the pieces run on a thread pool (NumPy's loops release the GIL). A large shape's
+# outputs are compared for every candidate of a search, and 134M elements in whole-array passes
+# took 7.5 s an output on the H200 node; that, not the GPU, set how fast large shapes tuned.
+_PIECE = 1 << 18
+_POOL: ThreadPoolExecutor | None = None
 
-    Integer outputs (indices, counts, raw bits) must match exactly.
-    """
-    if out.dtype.kind in "iub":
-        return _compare_exact(name, out, expected)
-    got = out.astype(np.float64)
-    ref = expected if expected.dtype == np.float64 else expected.astype(np.float64)
-    if got.shape != ref.shape:
-        return Check(name=name, passed=False, detail=f"shape {got.shape}, expected {ref.shape}")
-    # The common case, a reference with no NaN or infinity, in few passes: large outputs are
-    # checked for every candidate of a search, and each pass over 16M elements costs ~50 ms.
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1), thread_name_prefix="compare")
+    return _POOL
+
+
+@dataclass
+class _Piece:
+    """What one piece of a comparison found; `_merge` combines them in order, so the verdict and
+    every index it names are those of a single pass over the whole array."""
+
+    bad_nan: int = 0
+    first_bad_nan: int = -1
+    inf_mismatch: int = 0
+    first_inf_mismatch: int = -1
+    first_nonfinite: int = -1
+    max_abs: float = 0.0
+    diff_sq: float = 0.0
+    ref_sq: float = 0.0
+    failing: int = 0
+    worst: int = -1
+    worst_excess: float = -np.inf
+
+
+def _piece(got: np.ndarray, ref: np.ndarray, start: int, tol: Tolerance) -> _Piece:
+    """One piece's findings; a stage that fails stops the piece, as it stops the whole verdict."""
+    found = _Piece()
+    got = got.astype(np.float64)
+    ref = ref if ref.dtype == np.float64 else ref.astype(np.float64)
     all_finite = bool(np.isfinite(ref).all())
     ref_nan = None if all_finite else np.isnan(ref)
     bad_nan = np.isnan(got) if ref_nan is None else np.isnan(got) & ~ref_nan
     if bad_nan.any():
-        first = np.unravel_index(int(np.argmax(bad_nan)), got.shape)
-        return Check(
-            name=name, passed=False,
-            detail=f"{int(bad_nan.sum())} of {got.size} elements are NaN (unwritten or invalid), "
-            f"first at {tuple(int(i) for i in first)}",
-        )
+        found.bad_nan, found.first_bad_nan = int(bad_nan.sum()), start + int(np.argmax(bad_nan))
+        return found
     if all_finite:
         finite_ref = ref
         diff = np.subtract(got, ref)
@@ -58,32 +83,90 @@ def compare(name: str, out: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
         finite = np.isfinite(ref)
         inf_mismatch = ~finite & ~ref_nan & (got != ref)
         if inf_mismatch.any():
-            first = np.unravel_index(int(np.argmax(inf_mismatch)), got.shape)
-            return Check(name=name, passed=False,
-                         detail=f"{int(inf_mismatch.sum())} infinite reference values differ, "
-                         f"first at {tuple(int(i) for i in first)}")
+            found.inf_mismatch = int(inf_mismatch.sum())
+            found.first_inf_mismatch = start + int(np.argmax(inf_mismatch))
+            return found
         finite_ref = np.where(finite, ref, 0.0)
         diff = np.where(finite, np.abs(got - finite_ref), 0.0)
-    if not np.isfinite(diff).all():
-        first = np.unravel_index(int(np.argmax(~np.isfinite(diff))), got.shape)
-        return Check(name=name, passed=False,
-                     detail=f"non-finite output where the reference is finite, first at "
-                     f"{tuple(int(i) for i in first)}")
+    nonfinite = ~np.isfinite(diff)
+    if nonfinite.any():
+        found.first_nonfinite = start + int(np.argmax(nonfinite))
+        return found
     excess = np.abs(finite_ref)
     excess *= -tol.rtol
     excess -= tol.atol
     excess += diff  # diff - (atol + rtol * |ref|)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    ref_norm = float(np.linalg.norm(finite_ref))
-    norm_error = float(np.linalg.norm(diff)) / ref_norm if ref_norm > 0 else float(np.linalg.norm(diff))
-    failing = excess > 0
-    if failing.any() or norm_error > tol.max_norm_error:
-        worst = np.unravel_index(int(np.argmax(excess)), got.shape)
+    found.max_abs = float(diff.max()) if diff.size else 0.0
+    squares = np.square(diff)  # not np.dot: BLAS threads inside the pool's threads oversubscribe
+    found.diff_sq = float(squares.sum())
+    found.ref_sq = float(np.square(finite_ref, out=squares).sum())
+    found.failing = int(np.count_nonzero(excess > 0))
+    if excess.size:
+        at = int(np.argmax(excess))
+        found.worst, found.worst_excess = start + at, float(excess[at])
+    return found
+
+
+def _merge(pieces: list[_Piece]) -> _Piece:
+    total = _Piece()
+    for p in pieces:
+        for count, first in (("bad_nan", "first_bad_nan"), ("inf_mismatch", "first_inf_mismatch")):
+            if getattr(p, count):
+                setattr(total, count, getattr(total, count) + getattr(p, count))
+                if getattr(total, first) < 0:
+                    setattr(total, first, getattr(p, first))
+        if p.first_nonfinite >= 0 and total.first_nonfinite < 0:
+            total.first_nonfinite = p.first_nonfinite
+        total.max_abs = max(total.max_abs, p.max_abs)
+        total.diff_sq += p.diff_sq
+        total.ref_sq += p.ref_sq
+        total.failing += p.failing
+        if p.worst_excess > total.worst_excess:
+            total.worst, total.worst_excess = p.worst, p.worst_excess
+    return total
+
+
+def compare(name: str, out: np.ndarray, expected: np.ndarray, tol: Tolerance) -> Check:
+    """Elementwise and norm comparison of one output; NaN where the reference has none fails.
+
+    Integer outputs (indices, counts, raw bits) must match exactly.
+    """
+    if out.dtype.kind in "iub":
+        return _compare_exact(name, out, expected)
+    if out.shape != expected.shape:
+        return Check(name=name, passed=False, detail=f"shape {out.shape}, expected {expected.shape}")
+    got, ref = np.ascontiguousarray(out).reshape(-1), np.ascontiguousarray(expected).reshape(-1)
+    starts = range(0, got.size, _PIECE)
+    work = [(got[s:s + _PIECE], ref[s:s + _PIECE], s, tol) for s in starts]
+    pieces = list(_pool().map(lambda args: _piece(*args), work)) if len(work) > 1 else [_piece(*w) for w in work]
+    found = _merge(pieces)
+
+    def where(flat: int) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.unravel_index(flat, out.shape))
+
+    if found.bad_nan:
+        return Check(name=name, passed=False,
+                     detail=f"{found.bad_nan} of {got.size} elements are NaN (unwritten or invalid), "
+                     f"first at {where(found.first_bad_nan)}")
+    if found.inf_mismatch:
+        return Check(name=name, passed=False,
+                     detail=f"{found.inf_mismatch} infinite reference values differ, "
+                     f"first at {where(found.first_inf_mismatch)}")
+    if found.first_nonfinite >= 0:
+        return Check(name=name, passed=False,
+                     detail=f"non-finite output where the reference is finite, first at "
+                     f"{where(found.first_nonfinite)}")
+    ref_norm = math.sqrt(found.ref_sq)
+    diff_norm = math.sqrt(found.diff_sq)
+    norm_error = diff_norm / ref_norm if ref_norm > 0 else diff_norm
+    max_abs = found.max_abs
+    if found.failing or norm_error > tol.max_norm_error:
+        worst = found.worst
         return Check(
             name=name, passed=False, max_abs_error=max_abs, norm_error=norm_error,
-            detail=f"{int(failing.sum())} of {got.size} elements outside rtol={tol.rtol} "
-            f"atol={tol.atol}; worst at {tuple(int(i) for i in worst)}: got {got[worst]!r}, "
-            f"expected {ref[worst]!r}; relative norm error {norm_error:.3g} "
+            detail=f"{found.failing} of {got.size} elements outside rtol={tol.rtol} "
+            f"atol={tol.atol}; worst at {where(worst)}: got {float(got[worst])!r}, "
+            f"expected {float(ref[worst])!r}; relative norm error {norm_error:.3g} "
             f"(limit {tol.max_norm_error})",
         )
     return Check(name=name, passed=True, max_abs_error=max_abs, norm_error=norm_error,
