@@ -106,6 +106,35 @@ def test_each_entry_is_the_fastest_measured_at_its_shape(tmp_path):
     slow = shape.model_copy(update={"baseline_us": shape.search.best_us / 4})
     entry = tuning._entry(slow, [(shape.search.best_us / 2, faster, "64x8192")])
     assert entry.source == "baseline" and entry.config == {} and slow.dispatch_from == "baseline"
+    # a win inside the run-to-run spread keeps the baseline; one past it takes the template
+    near = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + tuning.BASELINE_MARGIN / 2)})
+    assert tuning._entry(near, []).source == "baseline"
+    clear = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + 2 * tuning.BASELINE_MARGIN)})
+    assert tuning._entry(clear, []).config == own
+
+
+def test_the_winners_cross_measurement_stops_at_its_deadline(tmp_path, monkeypatch):
+    """Under a time budget the general phase gets the searches' total time; where it runs out the
+    report says so, the general configuration is the best winner measured everywhere, and a re-run
+    on the same store (every result stored) completes it without measuring anything."""
+    clock = [0.0]
+    monkeypatch.setattr(tuning, "_clock", lambda: clock[0])
+
+    class Slow(ScriptedWorker):
+        def evaluate(self, request):  # every measurement takes 1 s of the patched clock
+            clock[0] += 1.0
+            return super().evaluate(request)
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        worker = Slow()
+        report = run(store, worker, strategy="random", budget=Budget(evaluations=4, seconds=0.25, at_least=4))
+        assert report.general_cut and "winners measured at every shape" in report.general_cut
+        assert "Note: the winners' cross-measurement ran out of time" in tuning.render_markdown(report)
+        again = Slow()
+        resumed = run(store, again, strategy="random", budget=Budget(evaluations=4))
+    assert again.calls == 0
+    assert resumed.general_cut is None and resumed.general is not None
+    assert set(resumed.general_us) == {"16x4096", "64x8192"}
 
 
 def test_rerun_measures_nothing_and_budget_limits_each_shape(tmp_path):
