@@ -99,6 +99,19 @@ class Group:
             [f"-maxrregcount={self.max_registers}"] if self.max_registers else [])
 
 
+def object_builds(kernel: str, groups: list[Group], arch: str) -> list[tuple[list[str], str]]:
+    """nvcc's arguments for each object of the exported `<kernel>.cu`, one per flag group, and the
+    object's name: the commands the file's header gives (a single group needs no ASTRA_GROUP).
+    Every object is position-independent, so the same objects make a static or a shared library."""
+    builds = []
+    for g, group in enumerate(groups):
+        select = [f"-DASTRA_GROUP={g}"] if len(groups) > 1 else []
+        name = f"{kernel}_g{g}.o" if len(groups) > 1 else f"{kernel}.o"
+        builds.append(([f"-arch={arch}", "-std=c++17", *group.nvcc_flags(), *select, "-Xcompiler", "-fPIC",
+                        "-c", f"{kernel}.cu", "-o", name], name))
+    return builds
+
+
 def binary_key(folder: suite.KernelFolder, source: str, config: dict[str, int], instance: Instance) -> tuple:
     """What makes two picks the same binary: the source, its parameters, the values its `derive`
     lines give at the shape, and the compile flags the template sets there."""
@@ -404,7 +417,6 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     signature = _signature(folder, table.dtype)
     carriers = shape_args(spec)
     multi = len(groups) > 1
-    base_flags = f"-arch={arch} -std=c++17"
 
     includes = ["#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
     bodies = {}
@@ -419,7 +431,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
         if inc not in includes:
             includes.append(inc)
 
-    lines = _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, base_flags, sms)
+    lines = _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms)
     lines += ["", f"#define DTYPE {suite.C_TYPES[table.dtype]}",
               f"#define ELEM_BYTES {numpy_dtype(table.dtype).itemsize}"]
     lines += [f"#define {n} {int(v)}" for n, v in spec.variants[table.variant].items()]
@@ -452,8 +464,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     return "\n".join(lines) + "\n"
 
 
-def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, base_flags,
-            sms) -> list[str]:
+def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms) -> list[str]:
     table, spec = source.table, folder.spec
     k = table.kernel
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -466,17 +477,13 @@ def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command,
            "//                uses the device's own count and compute capability",
            "//",
            "// Build with nvcc alone (these are the flags the tuner compiled each kernel with):"]
-    if len(groups) == 1:
-        flags = " ".join([base_flags, *groups[0].nvcc_flags()])
-        out += [f"//   nvcc {flags} -c {k}.cu -o {k}.o",
-                f"//   nvcc {flags} -shared -Xcompiler -fPIC {k}.cu -o lib{k}.so"]
-    else:
+    builds = object_builds(k, groups, arch)
+    if len(groups) > 1:
         out += ["// its kernels need different flags, which one nvcc call cannot mix: build one object per",
                 "// group (group 0 also holds the host code) and link them together:"]
-        for g, group in enumerate(groups):
-            flags = " ".join([base_flags, *group.nvcc_flags(), f"-DASTRA_GROUP={g}"])
-            out.append(f"//   nvcc {flags} -Xcompiler -fPIC -c {k}.cu -o {k}_g{g}.o")
-        out.append(f"//   nvcc -shared {' '.join(f'{k}_g{g}.o' for g in range(len(groups)))} -o lib{k}.so")
+    out += [f"//   nvcc {' '.join(args)}" for args, _ in builds]
+    out.append(f"//   nvcc -shared {' '.join(name for _, name in builds)} -o lib{k}.so")
+    if len(groups) > 1:
         out.append("// (without ASTRA_GROUP the file also builds in one call, every kernel with that call's flags)")
     out += ["// Under NVRTC the device part compiles alone: __CUDACC_RTC__ hides the host code.",
             "//",

@@ -140,18 +140,17 @@ def built(exported, tmp_path_factory) -> dict[str, Path]:
     programs = {}
     for kernel, folder in exported.items():
         manifest = _manifest(folder)
-        flags = ["-arch=sm_90", "-std=c++17", *export.Group(**manifest["groups"][0]).nvcc_flags()]
-        assert len(manifest["groups"]) == 1
-        obj = root / f"{kernel}.o"
-        build = subprocess.run([NVCC, *flags, "-c", str(folder / f"{kernel}.cu"), "-o", str(obj)],
-                               capture_output=True, text=True, timeout=600)
-        assert build.returncode == 0, f"nvcc {kernel}.cu:\n{build.stderr[-3000:]}"
+        objects = []
+        for args, name in export.object_builds(kernel, [export.Group(**g) for g in manifest["groups"]], "sm_90"):
+            build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
+            assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
+            objects.append(str(folder / name))
         main_cu = root / f"{kernel}_pick.cu"
         params = len(suite.load(kernel).template.names)
         main_cu.write_text(PICK_MAIN.replace("KERNEL", kernel).replace("SYMBOLS", str(len(suite.load(kernel).spec.symbols)))
                            .replace("PARAMS", str(params)))
         program = root / f"{kernel}_pick"
-        link = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", f"-I{folder}", str(main_cu), str(obj), "-o", str(program)],
+        link = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", f"-I{folder}", str(main_cu), *objects, "-o", str(program)],
                               capture_output=True, text=True, timeout=600)
         assert link.returncode == 0, f"linking the pick program of {kernel}:\n{link.stderr[-3000:]}"
         programs[kernel] = program
@@ -212,9 +211,9 @@ def test_cpp_launch_without_a_kernel_for_the_pick_says_which_shape(exported, bui
     """merge_attn_states derives defines from D: a D the export never covered has no binary, and
     the C pick says so (launch returns cudaErrorNotSupported with that message)."""
     kernel_export = load_callable(exported["merge_attn_states"])
-    shape = {"N": 64, "HD": 8, "D": 72}
+    shape = {"N": 64, "HD": 8, "D": 88}
     assert kernel_export.plan(shape).kernel is None
-    run = subprocess.run([str(built["merge_attn_states"])], input="132 90 64 8 72\n", capture_output=True,
+    run = subprocess.run([str(built["merge_attn_states"])], input="132 90 64 8 88\n", capture_output=True,
                          text=True, timeout=60)
     assert run.stdout.startswith("-\t"), run.stdout
 
@@ -226,9 +225,9 @@ def test_exports_from_a_tuning_folder_and_with_extra_shapes(tmp_path):
     (tuned / "report.json").write_text(json.dumps({"device": "NVIDIA H200", "arch": "sm_90", "date": "2026-11-23"}))
     source = export.resolve_source(tuned)
     assert source.device == "NVIDIA H200 (sm_90)" and source.tuned_date == "2026-11-23"
-    result = export.export(source, tmp_path / "out", shapes=[{"N": 64, "HD": 8, "D": 72}])
+    result = export.export(source, tmp_path / "out", shapes=[{"N": 64, "HD": 8, "D": 88}])
     kernel_export = load_callable(tmp_path / "out")
-    assert kernel_export.plan({"N": 64, "HD": 8, "D": 72}).kernel in {b.name for b in result.binaries}
+    assert kernel_export.plan({"N": 64, "HD": 8, "D": 88}).kernel in {b.name for b in result.binaries}
     assert "Tuned on:      NVIDIA H200 (sm_90), 2026-11-23" in (tmp_path / "out" / "merge_attn_states.cu").read_text()
 
 
@@ -239,20 +238,19 @@ def test_kernels_needing_different_flags_build_per_group(tmp_path):
     table["entries"][1]["config"]["FAST_MATH"] = 0
     (tmp_path / "dispatch.json").write_text(json.dumps(table))
     result = export.export(export.resolve_source(tmp_path / "dispatch.json"), tmp_path / "out")
-    assert [(g.fast_math, g.max_registers) for g in result.groups] == [(True, 0), (False, 0)]
+    # the template with and without fast math, and the baseline (at the shapes the table keeps it) with its register cap
+    assert {(g.fast_math, g.max_registers) for g in result.groups} == {(True, 0), (False, 0), (True, 128)}
     _assert_tuners_machine_code(tmp_path / "out")
     assert load_callable(tmp_path / "out").plan({"T": 32, "D": 5120}).kernel in \
         {b.name for b in result.binaries if not b.fast_math}
     if NVCC is None:
         pytest.skip("nvcc is not installed here: the per-group build is not checked")
-    cu = tmp_path / "out" / "silu_and_mul.cu"
     objects = []
-    for index, group in enumerate(result.groups):
-        objects.append(tmp_path / f"g{index}.o")
-        build = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", *group.nvcc_flags(), f"-DASTRA_GROUP={index}",
-                                "-Xcompiler", "-fPIC", "-c", str(cu), "-o", str(objects[-1])],
-                               capture_output=True, text=True, timeout=600)
+    for args, name in export.object_builds("silu_and_mul", result.groups, "sm_90"):
+        build = subprocess.run([NVCC, *args], cwd=tmp_path / "out", capture_output=True, text=True, timeout=600)
         assert build.returncode == 0, build.stderr[-3000:]
+        objects.append(tmp_path / "out" / name)
+    assert len(objects) == 3 and f"nvcc {' '.join(args)}" in (tmp_path / "out" / "silu_and_mul.cu").read_text()
     library = tmp_path / "libsilu_and_mul.so"
     link = subprocess.run([NVCC, "-shared", *map(str, objects), "-o", str(library)], capture_output=True, text=True,
                           timeout=600)
