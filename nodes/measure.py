@@ -33,10 +33,14 @@ _REPLAYS_LOCK = threading.Lock()  # a server runs graphs on several threads at o
 
 def evaluator(context, kernel: str):
     """The context's evaluator, else a replay of `context.replay`, else this process's worker on
-    the context's GPU."""
+    the context's GPU. An evaluator handed over unstarted (`EvaluationWorker()` in a notebook)
+    knows its device only once started, and the nodes read the device before evaluating: it is
+    started here."""
     if context.evaluator is not None:
         if context.replay:
             raise AstraError(f"the context has both an evaluator and replay={context.replay!r}; pass one")
+        if getattr(context.evaluator, "device", None) is None and callable(getattr(context.evaluator, "start", None)):
+            context.evaluator.start()
         return context.evaluator
     if context.replay:
         return _replay(context, kernel)

@@ -152,6 +152,20 @@ def test_a_run_killed_with_sigkill_resumes_from_its_checkpoint(tmp_path):
     assert verdicts(result) == ["accepted"] and gpu.calls == 3
 
 
+def test_an_evaluator_handed_over_unstarted_is_started_before_its_device_is_read(tmp_path):
+    """As a notebook passes `EvaluationWorker()`: its device is unknown until it starts."""
+
+    class Unstarted(FakeGPU):
+        device = None
+
+        def start(self):
+            self.device = FakeGPU.device
+
+    gpu = Unstarted()
+    result = run(context(tmp_path, ScriptedChatModel(answers=[decision("stop")]), gpu=gpu))
+    assert gpu.device == FakeGPU.device and verdicts(result) == ["accepted"]
+
+
 def test_an_unknown_kernel_is_a_clear_error(tmp_path):
     with pytest.raises(UnknownKernelError, match="unknown kernel 'silu'"):
         run(context(tmp_path), payload={"kernel": "silu"})

@@ -18,9 +18,13 @@ nbclient = pytest.importorskip("nbclient")
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
-def _run(name: str, monkeypatch) -> str:
-    """Execute the notebook in its own folder; return all it printed or displayed."""
-    monkeypatch.setenv("ASTRA_REPLAY", "1")  # the recorded H200 store, even on a machine with a GPU
+def _run(name: str, monkeypatch, replay: bool = True) -> str:
+    """Execute the notebook in its own folder; return all it printed or displayed. `replay=False`
+    leaves the choice to the notebook: its local GPU where it finds one."""
+    if replay:
+        monkeypatch.setenv("ASTRA_REPLAY", "1")  # the recorded H200 store, even on a machine with a GPU
+    else:
+        monkeypatch.delenv("ASTRA_REPLAY", raising=False)
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
@@ -68,12 +72,16 @@ def _recorded_figures(tmp_path) -> dict[str, tuple[float, float]]:
     return {label: (f["baseline"], f["template"]) for label, f in figures.items()}
 
 
-def test_agent_notebook_runs_the_chat_model_loop_on_a_scripted_endpoint(monkeypatch, tmp_path):
-    # No real endpoint, whatever the machine's environment: the notebook must fall back to its stub,
-    # and no proxy may stand between the client and 127.0.0.1.
+def _no_endpoint(monkeypatch) -> None:
+    """No real endpoint, whatever the machine's environment: the notebook must fall back to its stub,
+    and no proxy may stand between the client and 127.0.0.1."""
     for name in ("OPENAI_API_KEY", "ASTRA_MODEL", "ASTRA_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE",
                  "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
+
+
+def test_agent_notebook_runs_the_chat_model_loop_on_a_scripted_endpoint(monkeypatch, tmp_path):
+    _no_endpoint(monkeypatch)
     text = _run("agent.ipynb", monkeypatch)
     assert "SCRIPTED ANSWERS, NOT A MODEL" in text
     assert "The stub served 6 chat-completion requests over HTTP" in text  # check, 3 plans, template, rewrite
@@ -93,3 +101,26 @@ def test_agent_notebook_runs_the_chat_model_loop_on_a_scripted_endpoint(monkeypa
         baseline, best = recorded[label]
         assert f"| {label} | {baseline:.2f} | {best:.2f} | {baseline / best:.3f} |" in text
     assert "- candidate 1 (tune): accepted" in text and "- candidate 2 (rewrite): incorrect" in text
+
+
+@pytest.mark.gpu
+def test_notebooks_measure_on_the_local_gpu(monkeypatch):
+    """The branch a user with a GPU runs: every notebook measures instead of replaying, and what it
+    prints is a measurement (times above zero, a tuned pick at or under the baseline's time)."""
+    _no_endpoint(monkeypatch)
+    quick = _run("quickstart.ipynb", monkeypatch, replay=False)
+    assert "measuring on the local GPU" in quick and "replaying" not in quick
+    lines = [line for line in quick.splitlines() if ": baseline " in line and " us, dispatched " in line]
+    assert len(lines) == 3, quick
+    for line in lines:
+        baseline = float(line.split("baseline")[1].split("us")[0])
+        dispatched = float(line.split("dispatched")[1].split("us")[0])
+        assert 0 < dispatched <= baseline, line
+    embedded = _run("embedding.ipynb", monkeypatch, replay=False)
+    assert "measuring on the local GPU" in embedded
+    assert embedded.strip().splitlines()[-1].startswith("rmsnorm: ")
+    agent = _run("agent.ipynb", monkeypatch, replay=False)
+    assert "measured on the local GPU" in agent and "SCRIPTED ANSWERS, NOT A MODEL" in agent
+    assert "- candidate 1 (tune): accepted" in agent
+    # on a GPU the scripted rewrite is measured, not refused: correct (accepted or rejected as slower)
+    assert "unrecorded" not in agent and "- candidate 2 (rewrite): incorrect" not in agent
