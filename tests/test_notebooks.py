@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -121,6 +122,9 @@ def test_notebooks_measure_on_the_local_gpu(monkeypatch):
     assert embedded.strip().splitlines()[-1].startswith("rmsnorm: ")
     agent = _run("agent.ipynb", monkeypatch, replay=False)
     assert "measured on the local GPU" in agent and "SCRIPTED ANSWERS, NOT A MODEL" in agent
-    assert "- candidate 1 (tune): accepted" in agent
-    # on a GPU the scripted rewrite is measured, not refused: correct (accepted or rejected as slower)
-    assert "unrecorded" not in agent and "- candidate 2 (rewrite): incorrect" not in agent
+    # on a GPU both candidates are measured, neither refused: each correct, and accepted or slower
+    # than the best so far (H200, 2026-11-24: the 20-second tune's template 26.65 us, slower; the
+    # scripted rewrite 22.09 us, accepted)
+    assert "unrecorded" not in agent
+    for candidate in ("1 (tune)", "2 (rewrite)"):
+        assert re.search(rf"- candidate {re.escape(candidate)}: (accepted|slower), \d+\.\d+ us", agent), agent
