@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 
 import ml_dtypes
 import numpy as np
@@ -71,6 +73,17 @@ def test_hang_times_out_and_the_next_evaluation_is_correct(worker):
     assert result.status == "timeout" and "killed" in result.message
     after = worker.evaluate(faulty.scale_request(0))
     assert after.status == "ok" and after.correct
+
+
+def test_ctrl_c_ends_the_worker_quietly_and_the_next_request_gets_a_fresh_one(worker, capfd):
+    """A notebook's interrupt or kernel restart sends SIGINT to the worker child too."""
+    first_pid = worker.pid
+    os.kill(first_pid, signal.SIGINT)
+    worker._process.join(30)
+    assert worker._process.exitcode == 0
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
+    after = worker.evaluate(faulty.scale_request(0))
+    assert after.status == "ok" and after.correct and worker.pid != first_pid
 
 
 def test_bad_requests_are_invalid_not_fatal(worker):

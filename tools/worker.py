@@ -58,7 +58,9 @@ def _serve(conn, device_index: int) -> None:
     while True:
         try:
             request = conn.recv()
-        except EOFError:
+        except (EOFError, KeyboardInterrupt):
+            # Ctrl-C in a notebook (or a kernel restart) reaches this child too: it ends quietly, and the
+            # parent's next request starts a fresh one on a new pipe, so no late answer can be misread.
             return
         if request is None:
             return
