@@ -5,11 +5,10 @@ endpoint that is down (a clear error before any GPU work)."""
 from __future__ import annotations
 
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from reliability_stub import FaultyEndpoint, Reply
 
 from astra_kernels.graph import RunContext, build_graph
 from astra_kernels.graph.state import Decision
@@ -18,62 +17,18 @@ from astra_kernels.nodes.chat import ModelConfigError, ask_structured, make_chat
 PLAN = {"action": "templatize", "rationale": "64% of copy bandwidth at 16 tokens", "optimizations": ["CTAs per row"]}
 
 
-class Stub:
-    """Serves /v1/chat/completions from a script of (status, content, delay) and records requests."""
-
-    def __init__(self, script):
-        self.script = list(script)
-        self.requests = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.requests.append(body)
-                status, content, delay = stub.script.pop(0) if stub.script else (500, "script ran out", 0)
-                time.sleep(delay)
-                if status != 200:
-                    payload = json.dumps({"error": {"message": content, "type": "rate_limit"}}).encode()
-                else:
-                    payload = json.dumps({
-                        "id": "stub", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": content}}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    if status == 429:
-                        self.send_header("Retry-After", "0")
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                    pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-
-
 @pytest.fixture
 def stub(request):
-    server = Stub(request.param)
-    yield server
-    server.close()
+    """The reliability suite's endpoint (tests/reliability_stub.py), answering from the test's script."""
+    with FaultyEndpoint(request.param) as server:
+        yield server
 
 
 def model_for(stub, **kw):
     return make_chat_model(RunContext(model="openai:stub-model", base_url=stub.url, **kw))
 
 
-@pytest.mark.parametrize("stub", [[(200, json.dumps(PLAN), 0)]], indirect=True)
+@pytest.mark.parametrize("stub", [[json.dumps(PLAN)]], indirect=True)
 def test_structured_output_through_the_real_client(stub):
     decision = ask_structured(model_for(stub), "plan", "facts", Decision)
     assert decision == Decision(**PLAN)
@@ -81,14 +36,13 @@ def test_structured_output_through_the_real_client(stub):
     assert sent["model"] == "stub-model" and '"action"' in sent["messages"][0]["content"]  # the schema
 
 
-@pytest.mark.parametrize("stub", [[(429, "slow down", 0), (200, json.dumps(PLAN), 0)]], indirect=True)
+@pytest.mark.parametrize("stub", [[Reply("slow down", status=429), json.dumps(PLAN)]], indirect=True)
 def test_a_429_is_retried_with_backoff_then_succeeds(stub):
     decision = ask_structured(model_for(stub, max_retries=2), "plan", "facts", Decision)
     assert decision.action == "templatize" and len(stub.requests) == 2
 
 
-@pytest.mark.parametrize("stub", [[(200, "I think you should tune it.", 0), (200, json.dumps(PLAN), 0)]],
-                         indirect=True)
+@pytest.mark.parametrize("stub", [["I think you should tune it.", json.dumps(PLAN)]], indirect=True)
 def test_a_malformed_answer_gets_one_repair_request(stub):
     decision = ask_structured(model_for(stub), "plan", "facts", Decision)
     assert decision.action == "templatize" and len(stub.requests) == 2
@@ -96,7 +50,7 @@ def test_a_malformed_answer_gets_one_repair_request(stub):
     assert repair[-2]["content"] == "I think you should tune it." and "could not be used" in repair[-1]["content"]
 
 
-@pytest.mark.parametrize("stub", [[(200, "late", 3.0)]], indirect=True)
+@pytest.mark.parametrize("stub", [[Reply("late", delay=3.0)]], indirect=True)
 def test_a_timeout_is_a_clear_error(stub):
     started = time.perf_counter()
     with pytest.raises(ModelConfigError, match="did not answer.*Timeout"):
