@@ -249,29 +249,26 @@ class Device:
             memory_bytes=int(check(driver.cuDeviceTotalMem(self.device))),
         )
 
+    def _load_module(self, module: CompiledModule):
+        """The module's cubin loaded into this context (unloaded with it), after the arch check."""
+        if module.arch.rstrip("af") != self.properties.arch:
+            raise LaunchError(
+                f"module compiled for {module.arch} cannot run on this {self.properties.arch} device"
+            )
+        handle = check(_driver().cuModuleLoadData(module.cubin), "cuModuleLoadData")
+        self._modules.append(handle)
+        return handle
+
     def load(self, module: CompiledModule, name: str) -> Kernel:
         """Load a compiled module's cubin and return one of its kernels."""
         info = module.kernel(name)  # KernelNotFoundError before touching the driver
-        if module.arch.rstrip("af") != self.properties.arch:
-            raise LaunchError(
-                f"module compiled for {module.arch} cannot run on this {self.properties.arch} device"
-            )
-        driver = _driver()
-        handle = check(driver.cuModuleLoadData(module.cubin), "cuModuleLoadData")
-        self._modules.append(handle)
-        function = check(driver.cuModuleGetFunction(handle, name.encode()), f"get {name}")
-        return Kernel(function, info)
+        handle = self._load_module(module)
+        return Kernel(check(_driver().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
 
     def load_all(self, module: CompiledModule) -> dict[str, Kernel]:
         """Load a module's cubin once and return all its kernels (an exported file holds many)."""
-        if module.arch.rstrip("af") != self.properties.arch:
-            raise LaunchError(
-                f"module compiled for {module.arch} cannot run on this {self.properties.arch} device"
-            )
-        driver = _driver()
-        handle = check(driver.cuModuleLoadData(module.cubin), "cuModuleLoadData")
-        self._modules.append(handle)
-        return {name: Kernel(check(driver.cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
+        handle = self._load_module(module)
+        return {name: Kernel(check(_driver().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
                 for name, info in module.kernels.items()}
 
     def set_dynamic_shared(self, kernel: Kernel, nbytes: int) -> None:
