@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.benchmark import device_key
-from astra_kernels.tools import EvaluationWorker
+from astra_kernels.kernels_sglang.tuned_tables import device_key
+from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 
 def main(argv=None) -> int:

@@ -23,8 +23,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from astra_kernels.tools import correctness
-from astra_kernels.tools.problem import DEFAULT_TOLERANCES
+from astra_kernels.tools.measuring import correctness
+from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES
 
 
 def _size(text: str) -> int:

@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.table import Table
 
-from astra_kernels.tools.ceiling import copy_bandwidth, kernel_copy_bandwidth, memcpy_bandwidth
-from astra_kernels.tools.device import Device
+from astra_kernels.tools.toolchain.ceiling import copy_bandwidth, kernel_copy_bandwidth, memcpy_bandwidth
+from astra_kernels.tools.toolchain.device import Device
 
 SHAPES = ((4, 256), (8, 512), (4, 1024), (16, 256))
 

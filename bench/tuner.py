@@ -33,17 +33,17 @@ from rich.console import Console
 from rich.table import Table
 
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.tools.compile_cache import CompileCache
-from astra_kernels.tools.compiler import compile_many
-from astra_kernels.tools.device import gpu_available, local_arch
-from astra_kernels.tools.evaluation import EvaluationResult
-from astra_kernels.tools.hardware import limits_for
-from astra_kernels.tools.planner import plan_round
-from astra_kernels.tools.results import ResultsStore
-from astra_kernels.tools.runner import Budget, search_rounds
-from astra_kernels.tools.space import build_space
-from astra_kernels.tools.strategies import STRATEGIES
-from astra_kernels.tools.template import Exclusion
+from astra_kernels.tools.toolchain.compile_cache import CompileCache
+from astra_kernels.tools.toolchain.compiler import compile_many
+from astra_kernels.tools.toolchain.device import gpu_available, local_arch
+from astra_kernels.tools.measuring.evaluation import EvaluationResult
+from astra_kernels.tools.search.hardware import limits_for
+from astra_kernels.tools.search.rounds import plan_round
+from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import Budget, search_rounds
+from astra_kernels.tools.search.space import build_space
+from astra_kernels.tools.search.strategies import STRATEGIES
+from astra_kernels.tools.templating.template import Exclusion
 
 WITHIN = 0.02
 SEEDS = 5
@@ -72,7 +72,7 @@ def compile_rate(kernel: str, count: int, arch: str) -> dict:
 
 def evaluation_rate(kernel: str, shape: dict, count: int) -> dict:
     """Fresh evaluations per second through the worker (no results store in front)."""
-    from astra_kernels.tools import EvaluationWorker
+    from astra_kernels.tools.measuring.worker import EvaluationWorker
 
     folder = suite.load(kernel)
     with EvaluationWorker(timeout_s=600) as worker:

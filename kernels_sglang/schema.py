@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from astra_kernels.tools.expressions import Expression
-from astra_kernels.tools.problem import Tolerance
+from astra_kernels.tools.templating.expressions import Expression
+from astra_kernels.tools.measuring.problem import Tolerance
 
 # The element type under test is spelled "T" in a signature; the rest are concrete.
 KERNEL_DTYPE = "T"

@@ -19,13 +19,13 @@ from types import ModuleType
 
 import numpy as np
 
-from astra_kernels.tools.compiler import CompileOptions
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.compiler import CompileOptions
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.errors import AstraError
-from astra_kernels.tools.evaluation import EvaluationRequest, LaunchShape
-from astra_kernels.tools.expressions import Expression
-from astra_kernels.tools.problem import Case, Param, Problem
-from astra_kernels.tools.template import Exclusion, Instance, Template, parse_template
+from astra_kernels.tools.measuring.evaluation import EvaluationRequest, LaunchShape
+from astra_kernels.tools.templating.expressions import Expression
+from astra_kernels.tools.measuring.problem import Case, Param, Problem
+from astra_kernels.tools.templating.template import Exclusion, Instance, Template, parse_template
 
 from .schema import KERNEL_DTYPE, KernelSpec
 
@@ -99,6 +99,14 @@ def load(name: str) -> KernelFolder:
     if baseline.parameters:
         raise AstraError(f"{name}/baseline.cu declares parameters; a baseline has one fixed configuration")
     return KernelFolder(name, path, spec, reference, baseline, template)
+
+
+def load_peer(name: str) -> ModuleType:
+    """The module <name>/peer.py, whose `forward` is the kernel's PyTorch peer (it imports torch,
+    so it is loaded only by the jobs that time or check against PyTorch)."""
+    if name not in names():
+        raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}")
+    return importlib.import_module(f"{__package__}.{name}.peer")
 
 
 def _missing(path: Path) -> KernelFolderError:

@@ -15,10 +15,10 @@ from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.errors import AstraError
 
-from .chat import ask_code, make_chat_model, prompt
-from .facts import describe
-from .measure import parse_candidate
-from .progress import say
+from astra_kernels.nodes.shared.chat import ask_code, make_chat_model, prompt
+from astra_kernels.nodes.shared.facts import describe
+from astra_kernels.nodes.shared.measure import parse_candidate
+from astra_kernels.nodes.shared.progress import say
 
 
 def feedback(state: AgentState) -> str:

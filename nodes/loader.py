@@ -14,9 +14,9 @@ from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
 from astra_kernels.kernels_sglang import suite
 
-from .chat import make_chat_model, preflight
-from .measure import evaluate
-from .progress import say
+from astra_kernels.nodes.shared.chat import make_chat_model, preflight
+from astra_kernels.nodes.shared.measure import evaluate
+from astra_kernels.nodes.shared.progress import say
 
 
 def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:

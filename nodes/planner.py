@@ -17,9 +17,11 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Decision
 
-from .chat import MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt
-from .facts import describe, tried
-from .progress import say
+from astra_kernels.nodes.shared.chat import (
+    MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt,
+)
+from astra_kernels.nodes.shared.facts import describe, tried
+from astra_kernels.nodes.shared.progress import say
 
 
 def template_key(source: str) -> str:

@@ -14,8 +14,8 @@ from langgraph.types import interrupt
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
 
-from .measure import evaluate
-from .progress import say
+from astra_kernels.nodes.shared.measure import evaluate
+from astra_kernels.nodes.shared.progress import say
 
 MARGIN = 0.01  # a candidate must beat the best by 1%: below that, timing one kernel twice differs
 

@@ -15,7 +15,7 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, Decision
 
-from .progress import say
+from astra_kernels.nodes.shared.progress import say
 
 
 def build_report(state: AgentState) -> dict:

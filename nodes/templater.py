@@ -14,15 +14,15 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.tools.compiler import compile_source
+from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.errors import AstraError, CompileError
-from astra_kernels.tools.template import Exclusion
+from astra_kernels.tools.templating.template import Exclusion
 
-from .chat import ask_code, make_chat_model, prompt
-from .facts import describe
+from astra_kernels.nodes.shared.chat import ask_code, make_chat_model, prompt
+from astra_kernels.nodes.shared.facts import describe
 from .generator import failed, feedback, next_id
-from .measure import parse_candidate
-from .progress import say
+from astra_kernels.nodes.shared.measure import parse_candidate
+from astra_kernels.nodes.shared.progress import say
 
 COMPILE_TIMEOUT_S = 150.0  # as the evaluation worker's default: half of its 300 s per evaluation
 

@@ -12,8 +12,8 @@ from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
 
 from .generator import failed
-from .measure import evaluate
-from .progress import say
+from astra_kernels.nodes.shared.measure import evaluate
+from astra_kernels.nodes.shared.progress import say
 
 
 def test(state: AgentState, runtime: Runtime[RunContext]) -> dict:

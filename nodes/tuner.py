@@ -13,13 +13,14 @@ from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement
-from astra_kernels.kernels_sglang import suite, tuning
-from astra_kernels.tools.runner import Budget
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.jobs import tuning
+from astra_kernels.tools.search.runner import Budget
 
 from .generator import failed, next_id
-from .measure import parse_candidate, stored_evaluator
+from astra_kernels.nodes.shared.measure import parse_candidate, stored_evaluator
 from .planner import template_key
-from .progress import say
+from astra_kernels.nodes.shared.progress import say
 from . import templater
 
 

@@ -22,9 +22,10 @@ step() {  # step NAME SECONDS COMMAND...
 }
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt" 2>&1
-step toolchain_tests 180 python3 -P -m pytest -q -p no:cacheprovider tests/test_gpu_toolchain.py
-step suite_tests 1200 python3 -P -m pytest -q -s -p no:cacheprovider tests/test_gpu_suite.py ${select:+-k "$select"}
-step other_tests 600 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_launcher.py tests/test_gpu_agent.py tests/test_gpu_bench.py tests/test_peers.py
+# GPU tests are selected by the `gpu` marker alone, one step per layer of tests/.
+step toolchain_tests 300 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/tools
+step suite_tests 1200 python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/kernels_sglang ${select:+-k "$select"}
+step other_tests 900 python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/jobs tests/agent tests/reliability tests/packaging
 step baselines 300 python3 bench/baselines.py --json "$out/baselines.json"
 step toolchain_bench 120 python3 bench/toolchain.py --json "$out/toolchain.json"
 step suite_bench 900 python3 -P -m astra_kernels.cli bench --kernels silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states --set astra,serving --out "$out/bench"

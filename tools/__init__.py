@@ -1,24 +1,11 @@
-"""The CUDA toolchain: everything that touches the GPU or the compiler, and nothing about agents.
+"""The engine: compiling, launching, measuring and searching CUDA kernels, knowing nothing of
+kernel suites, agents or the command line.
 
-compiler (NVRTC, resource report, cache, parallel compile) -> device (context, buffers, launch,
-occupancy) -> timing (graph replay, copy bandwidth) -> correctness (checks against the float64
-reference) -> evaluation (the measuring protocol) -> worker (the process that isolates faults).
+    toolchain/   NVRTC, the compile cache and worker, the device, timing, ceilings, PDL, interop
+    measuring/   problems, correctness, guards, the measuring protocol, the fault-isolating worker,
+                 replay of recordings, the results store, probes and the sanitizer
+    templating/  the template language: parameters, restrictions, expressions and their C++ form
+    search/      hardware limits, the search space, strategies, the runner and between-round plans
+
+Imports point one way: toolchain <- measuring, templating <- search (errors.py under all of them).
 """
-
-from .compiler import CompiledModule, CompileOptions, compile_many, compile_source, nvrtc_version
-from .errors import (
-    AstraError, CompileError, CompileTimeoutError, KernelNotFoundError, LaunchArgumentError,
-    LaunchError, NoGpuError, ToolchainError, UnknownArchError, WorkerError,
-)
-from .evaluation import EvaluationRequest, EvaluationResult, LaunchShape
-from .problem import Case, Param, Problem, Tolerance
-from .resources import ResourceUsage
-from .worker import EvaluationWorker
-
-__all__ = [
-    "AstraError", "Case", "CompileError", "CompileOptions", "CompileTimeoutError", "CompiledModule",
-    "EvaluationRequest", "EvaluationResult", "EvaluationWorker", "KernelNotFoundError",
-    "LaunchArgumentError", "LaunchError", "LaunchShape", "NoGpuError", "Param", "Problem",
-    "ResourceUsage", "Tolerance", "ToolchainError", "UnknownArchError", "WorkerError",
-    "compile_many", "compile_source", "nvrtc_version",
-]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
-from ..rmsnorm.reference import EPS, activations, norm_weight, outlier_columns, rms_normalize
+from astra_kernels.kernels_sglang.rmsnorm.reference import (
+    EPS, activations, norm_weight, outlier_columns, rms_normalize,
+)
 
 __all__ = ["EPS", "make_inputs", "reference"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 # Shares of (token, head) entries given each special LSE pattern, on top of the forced ones.
 TIE_FRACTION = 0.05  # sb == sa exactly

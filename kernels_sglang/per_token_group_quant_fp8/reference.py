@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 GROUP = 128
 FP8_MAX = 448.0

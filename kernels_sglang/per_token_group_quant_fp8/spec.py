@@ -1,9 +1,9 @@
 """per_token_group_quant_fp8: dynamic fp8 (e4m3) quantisation of activations, one scale per group
 of 128 contiguous elements of a token's row (DeepSeek-V3-style block-wise fp8 GEMM inputs)."""
 
-from astra_kernels.tools.problem import Tolerance
+from astra_kernels.tools.measuring.problem import Tolerance
 
-from ..schema import ArgSpec, KernelSpec
+from astra_kernels.kernels_sglang.schema import ArgSpec, KernelSpec
 from .reference import EPS, GROUP
 
 # The op is defined on whole groups: every shape keeps H a multiple of GROUP (128), so the odd set

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 # The kernel receives eps as an fp32 scalar; the reference uses that exact value.
 EPS = float(np.float32(1e-6))

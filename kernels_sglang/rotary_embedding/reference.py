@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 ROPE_BASE = 10000.0
 _CHUNK = 1024  # tokens per step of the reference: keeps float64 temporaries to tens of MB

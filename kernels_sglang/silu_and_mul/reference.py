@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 

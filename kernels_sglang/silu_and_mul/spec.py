@@ -1,8 +1,8 @@
 """silu_and_mul and its gelu variants: the gated activation of a transformer MLP."""
 
-from astra_kernels.tools.problem import Tolerance
+from astra_kernels.tools.measuring.problem import Tolerance
 
-from ..schema import Anchor, ArgSpec, KernelSpec
+from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
 
 _SERVING = [{"T": t, "D": d} for t in (1, 16, 128, 2048, 16384) for d in (14336, 28672)]
 _ANCHORS = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 # Row kinds drawn by make_inputs: exact ties across the k-th boundary, ties on the maximum, rows
 # on a coarse grid (many ties everywhere, exact zeros of both signs), and plain rows.

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.tools.correctness import compare
-from astra_kernels.tools.dtypes import numpy_dtype
-from astra_kernels.tools.problem import DEFAULT_TOLERANCES
-from astra_kernels.tools.template import Exclusion, Instance
+from astra_kernels.tools.measuring.correctness import compare
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES
+from astra_kernels.tools.templating.template import Exclusion, Instance
 
 NAME = "fused_add_rmsnorm"
 FOLDER = suite.load(NAME)

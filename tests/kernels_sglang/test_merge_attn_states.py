@@ -12,8 +12,8 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.merge_attn_states import reference as ref
 from astra_kernels.kernels_sglang.merge_attn_states.spec import SPEC
 from astra_kernels.kernels_sglang.schema import KernelSpec
-from astra_kernels.tools.dtypes import numpy_dtype
-from astra_kernels.tools.template import Exclusion, Instance
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.templating.template import Exclusion, Instance
 
 NAME = "merge_attn_states"
 VARIANTS = list(SPEC.variants)
@@ -248,8 +248,8 @@ def test_baseline_writes_every_element_once():
 def test_fp32_emulation_of_the_kernels_passes_the_tolerances(dtype, variant):
     """The kernels' arithmetic in float32 (scales once per row, output rounded to the storage
     type), checked the way the harness checks a GPU result: the default tolerances hold."""
-    from astra_kernels.tools.correctness import compare
-    from astra_kernels.tools.problem import DEFAULT_TOLERANCES
+    from astra_kernels.tools.measuring.correctness import compare
+    from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES
 
     shape = {"N": 16, "HD": 40, "D": 100}
     inputs = ref.make_inputs(np.random.default_rng(7), shape, dtype, variant)

@@ -10,9 +10,9 @@ import pytest
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.schema import KernelSpec
-from astra_kernels.tools.correctness import compare
-from astra_kernels.tools.dtypes import numpy_dtype
-from astra_kernels.tools.template import Exclusion
+from astra_kernels.tools.measuring.correctness import compare
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.templating.template import Exclusion
 
 NAME = "per_token_group_quant_fp8"
 E4M3 = ml_dtypes.float8_e4m3fn

@@ -13,10 +13,10 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.rotary_embedding import reference as ref
 from astra_kernels.kernels_sglang.rotary_embedding.spec import SPEC
 from astra_kernels.kernels_sglang.schema import KernelSpec
-from astra_kernels.tools.correctness import compare
-from astra_kernels.tools.dtypes import numpy_dtype
-from astra_kernels.tools.problem import DEFAULT_TOLERANCES
-from astra_kernels.tools.template import Exclusion
+from astra_kernels.tools.measuring.correctness import compare
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES
+from astra_kernels.tools.templating.template import Exclusion
 
 NAME = "rotary_embedding"
 VARIANTS = ["default", "interleaved"]
@@ -373,15 +373,15 @@ def test_template_writes_every_rotated_element_once(variant):
 # (c) compiles -----------------------------------------------------------------------------------
 
 def _blocks_per_sm(registers: int, threads: int) -> int:
-    from astra_kernels.tools.hardware import limits_for, occupancy
-    from astra_kernels.tools.resources import ResourceUsage
+    from astra_kernels.tools.search.hardware import limits_for, occupancy
+    from astra_kernels.tools.toolchain.resources import ResourceUsage
 
     return occupancy(ResourceUsage(registers=registers), threads, 0, limits_for("sm_90")).blocks_per_sm
 
 
 def test_baseline_occupancy_assumption_matches_ptxas():
     """The head-parallel rule assumes K0_REGS registers; the token-parallel binary must have them."""
-    from astra_kernels.tools import compile_many
+    from astra_kernels.tools.toolchain.compiler import compile_many
 
     folder = suite.load(NAME)
     targets, _ = suite.compile_targets(folder, "baseline", "sm_90")

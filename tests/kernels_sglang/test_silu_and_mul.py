@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from astra_kernels.kernels_sglang.silu_and_mul import reference as ref
-from astra_kernels.tools.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 
 def _scalar(a: float, b: float, variant: str) -> float:

@@ -11,8 +11,8 @@ import pytest
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.topk_softmax import reference as ref
 from astra_kernels.kernels_sglang.topk_softmax.spec import SPEC
-from astra_kernels.tools.dtypes import numpy_dtype
-from astra_kernels.tools.template import Exclusion
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.templating.template import Exclusion
 
 VARIANTS = ["default", "renormalize"]
 DTYPES = ["bf16", "fp16", "fp32"]

@@ -1,0 +1,1 @@
+"""One module per `astra` command, each with add_parser(subparsers) and run(args)."""

@@ -1,0 +1,378 @@
+"""`astra bench` (and bench/suite.py): every kernel and shape timed side by side, in one worker
+on one GPU, against the two floors.
+
+Per shape: the SGLang baseline, the tuned kernel (the dispatch table's pick; at a tuned shape
+that is the per-shape best), the PyTorch peer eager and under torch.compile when PyTorch with CUDA
+is installed, the memory floor (bytes moved over the copy bandwidth measured in this process),
+the launch floor (an empty kernel, replayed the same way) and a plain vector copy of the same
+number of bytes: at small shapes the floor assumes a bandwidth no kernel of that size reaches,
+and the copy shows what moving those bytes alone costs there. Every time is a CUDA-graph
+replay median after the correctness checks passed, so the columns compare like with like.
+The summary states issue 5's goals as measured: never slower than the baseline, the speedup
+at Astra's shapes, the fraction of copy bandwidth at large shapes, and decode shapes against
+the launch floor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from . import charts as plots
+from astra_kernels.tools.measuring.evaluation import EvaluationResult
+from astra_kernels.tools.measuring.probes import copy_request, empty_request
+from astra_kernels.tools.templating.template import Exclusion
+
+from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels.runtime.dispatch import DispatchTable
+from .torch_peers import PeerResult, measure_peer
+
+ASTRA_KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "merge_attn_states")
+LARGE_FLOOR_US = 20.0  # shapes whose memory floor is at least this must reach BANDWIDTH_GOAL
+BANDWIDTH_GOAL = 0.90
+DECODE_TOKENS = 16  # shapes of at most this many tokens must come within DECODE_GOAL of the launch floor
+DECODE_GOAL = 1.3
+SPEEDUP_GOAL = 1.8
+MIN_NOISE = 0.01  # differences under 1% are never read as slower or faster
+
+
+def shipped_table(kernel: str, device_name: str) -> DispatchTable | None:
+    """The dispatch table recorded for this kernel on this kind of GPU, shipped with the package."""
+    key = tuned_tables.device_key(device_name)
+    path = tuned_tables.table_path(kernel, key or "none")
+    return DispatchTable.model_validate_json(path.read_text()) if path.is_file() else None
+
+
+def load_table(path: Path) -> DispatchTable:
+    """A dispatch table from `astra tune`'s output folder (its dispatch.json) or a JSON file."""
+    path = Path(path)
+    file = path / "dispatch.json" if path.is_dir() else path
+    if not file.is_file():
+        raise suite.AstraError(f"no dispatch table at {file}: give `astra tune`'s --out folder or its dispatch.json")
+    return DispatchTable.model_validate_json(file.read_text())
+
+
+class BenchRow(BaseModel):
+    kernel: str
+    label: str
+    shape: dict[str, int]
+    dtype: str
+    variant: str
+    bytes_moved: int
+    floor_us: float | None = None
+    baseline_us: float | None = None
+    baseline_spread: float | None = None
+    baseline_status: str = ""
+    tuned_us: float | None = None
+    tuned_spread: float | None = None
+    tuned_status: str = ""
+    tuned_config: dict[str, int] = Field(default_factory=dict)
+    tuned_picked_by: str = ""
+    torch_eager_us: float | None = None
+    torch_eager_status: str = ""
+    torch_compile_us: float | None = None
+    torch_compile_status: str = ""
+    sglang_us: float | None = None  # kernels.md's anchor for this device, when it has one
+    copy_us: float | None = None  # a vector copy of the same bytes (half read, half written)
+    # The same three launched with programmatic dependent launch (--pdl; tools/pdl.py): reported
+    # beside the plain times, never mixed into the speedup, so each comparison has PDL on both sides.
+    baseline_pdl_us: float | None = None
+    tuned_pdl_us: float | None = None
+    copy_pdl_us: float | None = None
+    pdl_status: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline_us / self.tuned_us if self.baseline_us and self.tuned_us else None
+
+    @property
+    def slower(self) -> bool:
+        """Slower than the baseline by more than the timing spread of either measurement (design.md:
+        versions are compared only beyond the spread of timing one of them twice)."""
+        if self.speedup is None:
+            return False
+        noise = max(self.baseline_spread or 0.0, self.tuned_spread or 0.0, MIN_NOISE)
+        return self.tuned_us > self.baseline_us * (1.0 + noise)
+
+    @property
+    def fraction_of_copy_bandwidth(self) -> float | None:
+        return self.floor_us / self.tuned_us if self.floor_us and self.tuned_us else None
+
+    @property
+    def tokens(self) -> int:
+        return next(iter(self.shape.values()))
+
+
+class BenchReport(BaseModel):
+    device: str
+    arch: str
+    date: str
+    dtype: str
+    copy_bandwidth_gbs: float | None = None
+    launch_floor_us: float | None = None
+    launch_floor_pdl_us: float | None = None  # the empty kernel chained with PDL (--pdl)
+    torch_version: str = ""
+    commands: list[str] = Field(default_factory=list)  # what measured these rows
+    rows: list[BenchRow] = Field(default_factory=list)
+
+    def goals(self) -> list[str]:
+        """Issue 5's goals as this run measured them, one line each."""
+        lines = []
+        slower = [r for r in self.rows if r.slower]
+        timed = [r for r in self.rows if r.speedup is not None]
+        ties = [r for r in timed if r.speedup < 1.0 and not r.slower]
+        lines.append(f"never slower than the baseline: {len(timed) - len(slower)} of {len(timed)} shapes"
+                     + (" (slower: " + ", ".join(f"{r.kernel} {r.label} {r.speedup:.3f}x" for r in slower) + ")"
+                        if slower else "")
+                     + (f"; {len(ties)} within the timing spread of it (" +
+                        ", ".join(f"{r.kernel} {r.label} {r.speedup:.3f}x" for r in ties) + ")" if ties else ""))
+        astra = [r for r in self.rows if r.kernel in ASTRA_KERNELS and r.speedup
+                 and r.shape in suite.load(r.kernel).spec.shapes.get("astra", [])]
+        if astra:
+            bound = [r.baseline_us / r.copy_us for r in astra if r.copy_us]
+            lines.append(f"Astra's shapes of its three kernels: geometric-mean speedup "
+                         f"{_geomean([r.speedup for r in astra]):.3f}x over {len(astra)} shapes (goal {SPEEDUP_GOAL}x)"
+                         + (f"; a plain copy of the same bytes would be {_geomean(bound):.3f}x" if len(bound) == len(astra)
+                            else ""))
+        large = [r for r in self.rows if r.floor_us and r.floor_us >= LARGE_FLOOR_US and r.fraction_of_copy_bandwidth]
+        if large:
+            short = [r for r in large if r.fraction_of_copy_bandwidth < BANDWIDTH_GOAL]
+            lines.append(f"floor >= {LARGE_FLOOR_US:g} us: {len(large) - len(short)} of {len(large)} shapes at "
+                         f">= {BANDWIDTH_GOAL:.0%} of copy bandwidth" + (
+                             " (below: " + ", ".join(f"{r.kernel} {r.label} {r.fraction_of_copy_bandwidth:.0%}"
+                                                     for r in short) + ")" if short else ""))
+        if self.launch_floor_us:
+            decode = [r for r in self.rows if r.tokens <= DECODE_TOKENS and r.tuned_us]
+            far = [r for r in decode if r.tuned_us > DECODE_GOAL * self.launch_floor_us]
+            if decode:
+                copies = [r.copy_us / self.launch_floor_us for r in decode if r.copy_us]
+                lines.append(f"decode shapes (<= {DECODE_TOKENS} tokens): {len(decode) - len(far)} of {len(decode)} "
+                             f"within {DECODE_GOAL}x of the launch floor ({self.launch_floor_us:.2f} us)" + (
+                                 " (beyond: " + ", ".join(f"{r.kernel} {r.label} {r.tuned_us / self.launch_floor_us:.2f}x"
+                                                          for r in far) + ")" if far else "")
+                             + (f"; a plain copy of the same bytes takes {min(copies):.2f}x to {max(copies):.2f}x of it"
+                                if copies else ""))
+            pdl = [r for r in decode if r.tuned_pdl_us]
+            if pdl:
+                near = [r for r in pdl if r.tuned_pdl_us <= DECODE_GOAL * self.launch_floor_us]
+                ratios = [r.tuned_pdl_us / self.launch_floor_us for r in pdl]
+                lines.append(f"with PDL on (tools/pdl.py): {len(near)} of {len(pdl)} decode shapes within {DECODE_GOAL}x of "
+                             f"the plain launch floor ({min(ratios):.2f}x to {max(ratios):.2f}x)"
+                             + (f"; the PDL-chained empty kernel replays at {self.launch_floor_pdl_us:.2f} us"
+                                if self.launch_floor_pdl_us else "")
+                             + "; PDL speedup of the tuned kernel over its plain launch "
+                             f"{_geomean([r.tuned_us / r.tuned_pdl_us for r in pdl]):.3f}x (geometric mean)")
+        return lines
+
+
+def merge(reports: list[BenchReport]) -> BenchReport:
+    """Several runs on one kind of GPU as one report (a suite split over calls, say)."""
+    if not reports:
+        raise suite.AstraError("no benchmark report to merge")
+    devices = {r.device for r in reports}
+    if len(devices) > 1:
+        raise suite.AstraError(f"benchmark reports from different GPUs cannot be merged: {', '.join(sorted(devices))}")
+    first = reports[0]
+    floors = [r.launch_floor_us for r in reports if r.launch_floor_us]
+    pdl_floors = [r.launch_floor_pdl_us for r in reports if r.launch_floor_pdl_us]
+    bandwidths = [r.copy_bandwidth_gbs for r in reports if r.copy_bandwidth_gbs]
+    return first.model_copy(update={
+        "rows": [row for r in reports for row in r.rows],
+        "launch_floor_us": min(floors) if floors else None,
+        "launch_floor_pdl_us": min(pdl_floors) if pdl_floors else None,
+        "copy_bandwidth_gbs": max(bandwidths) if bandwidths else None,
+        "date": min(r.date for r in reports),
+        "torch_version": next((r.torch_version for r in reports if r.torch_version), ""),
+        "commands": [c for r in reports for c in r.commands],
+    })
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _time_of(result: EvaluationResult) -> tuple[float | None, float | None, str]:
+    if result.status == "ok" and result.timing:
+        return result.timing.median_us, result.timing.spread, "ok"
+    return None, None, f"{result.status}: {result.message[:300]}"
+
+
+def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf16",
+          tables: dict[str, DispatchTable | None] | None = None, torch_modes: tuple[str, ...] = ("eager", "compile"),
+          input_layout: str = "arena", pdl: bool = False, progress: Callable[[str], None] | None = None,
+          checkpoint: Callable[[BenchReport], None] | None = None, command: str = "") -> BenchReport:
+    """Time every (kernel, shape) of `kernels` on the worker's GPU; see the module docstring.
+
+    `tables` maps a kernel to its dispatch table (None: no tuned column for it). Each kernel's
+    dtype is `dtype` when it runs in it, else its first. `checkpoint(report)` is called after
+    each row, so a run cut short keeps what it measured. `pdl` adds the baseline, the tuned
+    kernel and the copy launched with programmatic dependent launch, as separate columns.
+    """
+    device = worker.device
+    report = BenchReport(device=device["name"], arch=device["arch"], dtype=dtype, commands=[command] if command else [],
+                         date=datetime.now(UTC).isoformat(timespec="seconds"))
+    sms = device.get("multiprocessors") or suite.DEFAULT_SMS
+    empty = empty_request()
+    empty.stream_timing = False
+    floor = worker.evaluate(empty)
+    report.launch_floor_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
+    if pdl:
+        empty.pdl = True
+        floor = worker.evaluate(empty)
+        report.launch_floor_pdl_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
+    key = tuned_tables.device_key(device["name"])
+    tables = tables or {}
+    for name, shapes in kernels.items():
+        folder = suite.load(name)
+        kernel_dtype = dtype if dtype in folder.spec.dtypes else folder.spec.dtypes[0]
+        table = tables.get(name)
+        for shape in shapes:
+            label = folder.spec.label(shape)
+            if progress:
+                progress(f"{name} {label}")
+            row = BenchRow(kernel=name, label=label, shape=shape, dtype=kernel_dtype, variant="default",
+                           bytes_moved=suite.problem(folder, shape, kernel_dtype).bytes_moved)
+            row.sglang_us = next((a.sglang_us for a in folder.spec.anchors
+                                  if a.device == key and a.shape == shape and a.dtype == kernel_dtype), None)
+            baseline = _evaluate(worker, folder, "baseline", shape, kernel_dtype, None, sms, input_layout)
+            row.baseline_us, row.baseline_spread, row.baseline_status = _time_of(baseline)
+            row.floor_us = baseline.floor_us
+            copy = _same_bytes_copy(worker, row.bytes_moved, sms)
+            row.copy_us = copy.timing.median_us if copy.status == "ok" and copy.timing else None
+            if baseline.copy_bandwidth_gbs:
+                report.copy_bandwidth_gbs = baseline.copy_bandwidth_gbs
+            source = None  # what the dispatch table runs here: "template", "baseline", or nothing
+            if table is not None:
+                try:
+                    row.tuned_config, row.tuned_picked_by, source = table.pick(shape, sms, device["arch"])
+                except suite.AstraError as exc:
+                    row.tuned_status = f"excluded: {exc}"
+                else:
+                    tuned = _evaluate(worker, folder, source, shape, kernel_dtype, row.tuned_config or None, sms,
+                                      input_layout)
+                    row.tuned_us, row.tuned_spread, row.tuned_status = _time_of(tuned)
+                    row.floor_us = row.floor_us or tuned.floor_us
+            if pdl:
+                _measure_pdl(worker, folder, row, source, sms, input_layout)
+            for mode in torch_modes:
+                peer: PeerResult = worker.call(measure_peer, name, shape, kernel_dtype, "default", mode,
+                                               timeout_s=900)
+                report.torch_version = peer.torch_version or report.torch_version
+                setattr(row, f"torch_{mode}_us", peer.median_us)
+                setattr(row, f"torch_{mode}_status", peer.status if peer.status == "ok" else
+                        f"{peer.status}: {peer.message[:300]}")
+            report.rows.append(row)
+            if checkpoint:
+                checkpoint(report)
+    return report
+
+
+def _same_bytes_copy(worker, bytes_moved: int, sms: int, pdl: bool = False) -> EvaluationResult:
+    request = copy_request(max(16, bytes_moved // 2 // 16 * 16), multiprocessors=sms)
+    request.stream_timing = False
+    request.pdl = pdl
+    return worker.evaluate(request)
+
+
+def _measure_pdl(worker, folder, row: BenchRow, tuned_source: str | None, sms: int, input_layout: str) -> None:
+    """The row's baseline, tuned pick and copy again, each launched as a PDL dependent."""
+    problems = []
+    baseline = _evaluate(worker, folder, "baseline", row.shape, row.dtype, None, sms, input_layout, pdl=True)
+    row.baseline_pdl_us, _, status = _time_of(baseline)
+    problems += [f"baseline {status}"] if status != "ok" else []
+    if tuned_source is not None:
+        tuned = _evaluate(worker, folder, tuned_source, row.shape, row.dtype, row.tuned_config or None, sms,
+                          input_layout, pdl=True)
+        row.tuned_pdl_us, _, status = _time_of(tuned)
+        problems += [f"tuned {status}"] if status != "ok" else []
+    copy = _same_bytes_copy(worker, row.bytes_moved, sms, pdl=True)
+    row.copy_pdl_us, _, status = _time_of(copy)
+    problems += [f"copy {status}"] if status != "ok" else []
+    row.pdl_status = "; ".join(problems) or "ok"
+
+
+def _evaluate(worker, folder, which, shape, dtype, config, sms, input_layout, pdl: bool = False) -> EvaluationResult:
+    request = suite.request(folder, which, shape, dtype, "default", config, sms=sms, arch=worker.device["arch"])
+    if isinstance(request, Exclusion):
+        return EvaluationResult(status="invalid", message=f"excluded at this shape: {request.reason}")
+    request.stream_timing = False
+    request.input_layout = input_layout
+    request.pdl = pdl
+    return worker.evaluate(request)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if value is not None else "—"
+
+
+COLUMNS = ("kernel", "shape", "baseline us", "tuned us", "speedup", "torch eager us", "torch.compile us",
+           "SGLang (kernels.md) us", "floor us", "same-bytes copy us", "tuned % of copy bw")
+
+
+def table_rows(report: BenchReport) -> list[list[str]]:
+    return [[r.kernel, r.label, _fmt(r.baseline_us), _fmt(r.tuned_us), _fmt(r.speedup, 3),
+             _fmt(r.torch_eager_us), _fmt(r.torch_compile_us), _fmt(r.sglang_us), _fmt(r.floor_us),
+             _fmt(r.copy_us), f"{r.fraction_of_copy_bandwidth:.0%}" if r.fraction_of_copy_bandwidth else "—"]
+            for r in report.rows]
+
+
+PDL_COLUMNS = ("kernel", "shape", "baseline us", "baseline PDL us", "tuned us", "tuned PDL us", "same-bytes copy us",
+               "copy PDL us", "tuned PDL / launch floor")
+
+
+def pdl_table_rows(report: BenchReport) -> list[list[str]]:
+    """The rows measured with --pdl, plain and PDL side by side."""
+    floor = report.launch_floor_us
+    return [[r.kernel, r.label, _fmt(r.baseline_us), _fmt(r.baseline_pdl_us), _fmt(r.tuned_us), _fmt(r.tuned_pdl_us),
+             _fmt(r.copy_us), _fmt(r.copy_pdl_us),
+             f"{r.tuned_pdl_us / floor:.2f}x" if r.tuned_pdl_us and floor else "—"]
+            for r in report.rows if r.pdl_status]
+
+
+def render_markdown(report: BenchReport) -> str:
+    commands = "; ".join(f"`{c}`" for c in report.commands) or "not recorded"
+    lines = [
+        f"# Benchmark: {report.device} ({report.arch}), {report.date}", "",
+        f"Measured by {commands}. dtype {report.dtype}; copy bandwidth {_fmt(report.copy_bandwidth_gbs, 0)} GB/s; "
+        f"launch floor (empty kernel, graph replay) {_fmt(report.launch_floor_us)} us"
+        + (f"; PyTorch {report.torch_version}" if report.torch_version else "; PyTorch not installed") + ".",
+        "Every time is a CUDA-graph replay median over rotating input sets (cold L2), after the checks "
+        "against the float64 reference passed. Speedup is baseline over tuned; the floor is bytes moved "
+        "over the copy bandwidth.", "",
+        "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(report)]
+    if pdl_rows := pdl_table_rows(report):
+        lines += ["", "## With programmatic dependent launch", "",
+                  "Each kernel launched as a PDL dependent of the one before (tools/pdl.py: it waits on "
+                  "`griddepcontrol.wait` before touching memory), so consecutive launches overlap their "
+                  "start-up but never their data. The PDL-chained empty kernel replays at "
+                  f"{_fmt(report.launch_floor_pdl_us)} us; the ratio is to the plain launch floor.", "",
+                  "| " + " | ".join(PDL_COLUMNS) + " |", "|" + "---|" * len(PDL_COLUMNS)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in pdl_rows]
+    lines += ["", "## Goals (issue 5), as measured", ""] + [f"- {g}" for g in report.goals()]
+    problems = [(r, which, status) for r in report.rows
+                for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status), ("PDL", r.pdl_status),
+                                      ("torch eager", r.torch_eager_status), ("torch.compile", r.torch_compile_status))
+                if status and status != "ok"]
+    if problems:
+        lines += ["", "## Not measured", ""] + [f"- {r.kernel} {r.label} {which}: {status}" for r, which, status in problems]
+    return "\n".join(lines) + "\n"
+
+
+def chart(report: BenchReport) -> str:
+    """Each shape's fraction of copy bandwidth: baseline, tuned, torch.compile."""
+    labels = [f"{r.kernel.split('_')[0]} {r.label}" for r in report.rows]
+
+    def fraction(r: BenchRow, us: float | None) -> float | None:
+        return r.floor_us / us if r.floor_us and us else None
+
+    series = {"baseline": [fraction(r, r.baseline_us) for r in report.rows],
+              "tuned": [fraction(r, r.tuned_us) for r in report.rows],
+              "torch.compile": [fraction(r, r.torch_compile_us) for r in report.rows]}
+    return plots.grouped_bar_chart(labels, series, title=f"Fraction of copy bandwidth ({report.device})",
+                                   ylabel="memory floor / time", reference=1.0)

@@ -1,0 +1,928 @@
+"""`astra export`: a dispatch table turned into one standalone CUDA file, a Python callable and a guide.
+
+A tuned kernel is only useful where it is served. The output folder of `astra tune` needs this
+package at run time (the launcher compiles the template per configuration); an exported kernel
+does not: `<kernel>.cu` holds every binary the table can launch (each configuration compiled from
+the template text with its defines, the baseline where the table keeps it), the shared header
+inlined, and a host function that picks and launches exactly as dispatch.py and launcher.py do,
+its expressions translated from the template's (tools/expressions_cpp.py), so `nvcc` alone builds
+it into any program. Beside it: `<kernel>_launch.py` (the file as a Python callable on framework
+tensors, exported.py), `README.md` (how to swap it into SGLang) and `export.json` (what the file
+holds, read by the callable).
+
+A configuration's binary depends on the shape where a `derive` line computes a define from it
+(merge_attn_states' vectors per row, the baselines' vector width), so the file holds each
+configuration at the defines of a set of covered shapes: the table's, the spec's sets and any
+given with --shapes. A shape whose pick needs defines the file lacks gets a clear error from the
+C++ launcher naming the shape (the Python callable compiles that one binary on demand instead).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from astra_kernels import __version__
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.templating.expressions import Expression
+from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
+from astra_kernels.tools.templating.template import Exclusion, Instance, Template
+
+from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels.runtime.dispatch import DispatchTable
+
+DEFAULT_ARCH = "sm_90"
+MANIFEST = "export.json"
+
+# C types of the element types a signature may name.
+C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp64": "double",
+           "fp8_e4m3": "__nv_fp8_e4m3", "fp8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
+           "uint8": "unsigned char", "int32": "int", "uint32": "unsigned int", "int64": "long long",
+           "uint64": "unsigned long long"}
+
+
+class ExportError(AstraError):
+    """A source that cannot be exported, with what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class TableSource:
+    """A dispatch table and where it came from (for the file's header)."""
+
+    table: DispatchTable
+    path: Path
+    device: str
+    tuned_date: str
+
+    @property
+    def shown(self) -> str:
+        """The path as a reader can find it: shipped tables relative to the package."""
+        try:
+            return f"kernels_sglang/{self.path.resolve().relative_to(suite.SUITE_DIR.resolve())} (shipped with astra-kernels)"
+        except ValueError:
+            return str(self.path)
+
+
+@dataclass
+class Binary:
+    """One kernel of the exported file: a source at a configuration with its shape-derived defines."""
+
+    name: str
+    source: str  # "template" or "baseline"
+    config: dict[str, int]
+    derived: dict[str, int]
+    fast_math: bool
+    max_registers: int  # 0: no cap
+    group: int = 0
+    shapes: list[str] = field(default_factory=list)  # covered shapes whose pick it is
+    at: str = ""  # the first covered shape where it takes these defines (where to rebuild it from the template)
+
+    def key(self) -> tuple:
+        return (self.source, tuple(self.config.values()), tuple(self.derived.values()),
+                int(self.fast_math), self.max_registers)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Binaries compiled with the same flags (nvcc cannot mix fast math within one file)."""
+
+    fast_math: bool
+    max_registers: int
+
+    def nvcc_flags(self) -> list[str]:
+        return (["--use_fast_math"] if self.fast_math else []) + (
+            [f"-maxrregcount={self.max_registers}"] if self.max_registers else [])
+
+
+def object_builds(kernel: str, groups: list[Group], arch: str) -> list[tuple[list[str], str]]:
+    """nvcc's arguments for each object of the exported `<kernel>.cu`, one per flag group, and the
+    object's name: the commands the file's header gives (a single group needs no ASTRA_GROUP).
+    Every object is position-independent, so the same objects make a static or a shared library."""
+    builds = []
+    for g, group in enumerate(groups):
+        select = [f"-DASTRA_GROUP={g}"] if len(groups) > 1 else []
+        name = f"{kernel}_g{g}.o" if len(groups) > 1 else f"{kernel}.o"
+        builds.append(([f"-arch={arch}", "-std=c++17", *group.nvcc_flags(), *select, "-Xcompiler", "-fPIC",
+                        "-c", f"{kernel}.cu", "-o", name], name))
+    return builds
+
+
+def binary_key(folder: suite.KernelFolder, source: str, config: dict[str, int], instance: Instance) -> tuple:
+    """What makes two picks the same binary: the source, its parameters, the values its `derive`
+    lines give at the shape, and the compile flags the template sets there."""
+    template = folder.source_of(source)
+    derived = tuple(int(instance.defines[d.name]) for d in template.derived)
+    values = tuple(int(config[p]) for p in template.names) if source == "template" else ()
+    return (source, values, derived, int(instance.fast_math), int(instance.max_registers or 0))
+
+
+# --- the source table -------------------------------------------------------------------------
+
+
+def resolve_source(source: str | Path | None, gpu_kind: str | None = None,
+                   kernel: str | None = None) -> TableSource:
+    """The table to export: `astra tune`'s output folder, a dispatch JSON file, or the table
+    shipped for `gpu_kind` and `kernel`."""
+    if source is None:
+        if not gpu_kind or not kernel:
+            raise ExportError("give a tuning output folder (or a dispatch .json), or --gpu-kind with --kernel "
+                              f"for a shipped table (kinds: {', '.join(tuned_tables.gpu_kinds())})")
+        suite.load(kernel)  # an unknown kernel names the suite
+        kind = gpu_kind.lower()
+        if kind not in tuned_tables.gpu_kinds():
+            raise ExportError(f"no tables are shipped for GPU kind {gpu_kind!r}; shipped: {', '.join(tuned_tables.gpu_kinds())}")
+        path = tuned_tables.table_path(kernel, kind)
+        if not path.is_file():
+            have = sorted(p.stem for p in (tuned_tables.TUNED_DIR / kind).glob("*.json"))
+            raise ExportError(f"no {kind} table is shipped for {kernel}; {kind} has: {', '.join(have)}")
+        table = _read_table(path)
+        return TableSource(table, path, f"NVIDIA {kind.upper()}", "date not recorded in the shipped table")
+    if gpu_kind:
+        raise ExportError("give either SOURCE or --gpu-kind, not both")
+    path = Path(source)
+    if path.is_dir():
+        file = path / "dispatch.json"
+        if not file.is_file():
+            raise ExportError(f"{path} has no dispatch.json: give the --out folder of `astra tune`, "
+                              "a dispatch .json file, or --gpu-kind and --kernel for a shipped table")
+    elif path.is_file():
+        file = path
+    else:
+        raise ExportError(f"{path} does not exist")
+    table = _read_table(file)
+    if kernel and kernel != table.kernel:
+        raise ExportError(f"{file} is a table of {table.kernel}, not {kernel}")
+    device, date = _tuned_on(file.parent)
+    return TableSource(table, file, device, date)
+
+
+def _read_table(file: Path) -> DispatchTable:
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ExportError(f"{file} is not JSON: {exc}") from None
+    if not data:
+        raise ExportError(f"{file} holds no dispatch table (its tuning run found no configuration to dispatch)")
+    try:
+        table = DispatchTable.model_validate(data)
+    except ValueError as exc:
+        raise ExportError(f"{file} is not a dispatch table: {exc}") from None
+    suite.load(table.kernel)
+    return table
+
+
+def _tuned_on(folder: Path) -> tuple[str, str]:
+    """Device and date from the tuning report beside the table, where there is one."""
+    report = folder / "report.json"
+    if report.is_file():
+        data = json.loads(report.read_text())
+        return f"{data.get('device', 'unknown device')} ({data.get('arch', '?')})", data.get("date", "not recorded")
+    markdown = folder / "report.md"
+    if markdown.is_file():
+        first = markdown.read_text().splitlines()[0]
+        if m := re.match(r"^# \S+: tuned on (.+), (\S+)$", first):
+            return m.group(1), m.group(2)
+    return "not recorded beside the table", "not recorded"
+
+
+# --- checks and the binaries ------------------------------------------------------------------
+
+
+def check_table(table: DispatchTable, folder: suite.KernelFolder) -> None:
+    """Refuse a table the current template cannot reproduce (an older template's parameters, a
+    shape missing a symbol), and a kernel whose shapes the C launcher cannot read from its
+    arguments."""
+    spec = folder.spec
+    if table.dtype not in spec.dtypes or table.variant not in spec.variants:
+        raise ExportError(f"{table.kernel} runs in {spec.dtypes} with variants {list(spec.variants)}; "
+                          f"the table says {table.dtype} {table.variant}")
+    if not table.entries:
+        raise ExportError(f"the {table.kernel} table has no entries")
+    names = folder.template.names
+    for where, config in [(f"entry {spec.label(e.shape) if set(e.shape) == set(spec.symbols) else e.shape}",
+                           e.config) for e in table.entries if e.source == "template"] + (
+            [("general", table.general)] if table.general else []):
+        if set(config) != set(names):
+            raise ExportError(f"{table.kernel} {where}: configuration {config} does not set exactly the "
+                              f"template's parameters {names}: the table is from another template")
+        for p in folder.template.parameters:
+            if config[p.name] not in p.values:
+                raise ExportError(f"{table.kernel} {where}: {p.name}={config[p.name]} is not among the "
+                                  f"template's values {list(p.values)}: the table is from another template")
+    for entry in table.entries:
+        if set(entry.shape) != set(spec.symbols) or any(v < 1 for v in entry.shape.values()):
+            raise ExportError(f"{table.kernel}: entry shape {entry.shape} must set {spec.symbols} to positive sizes")
+    shape_args(spec)
+
+
+def shape_args(spec) -> dict[str, str]:
+    """Each shape symbol and the scalar argument that carries it (tokens -> T, ...)."""
+    carriers = {}
+    for arg in spec.args:
+        if arg.role == "scalar" and arg.value and arg.value.strip() in spec.symbols:
+            carriers.setdefault(arg.value.strip(), arg.name)
+    missing = [s for s in spec.symbols if s not in carriers]
+    if missing:
+        raise ExportError(f"{spec.name}: no scalar argument carries {', '.join(missing)}, so a C launcher "
+                          "cannot tell the shape from its arguments")
+    return {s: carriers[s] for s in spec.symbols}
+
+
+def plan_binaries(table: DispatchTable, folder: suite.KernelFolder, shapes: list[dict[str, int]],
+                  sms: int, arch: str) -> tuple[list[Binary], list[Group], dict[str, str]]:
+    """The binaries the file holds: the pick at every covered shape, and every configuration of
+    the table (and the baseline, where the table keeps it) at every covered shape that admits it.
+    Returns them with their flag groups, and the covered shapes no configuration runs at."""
+    binaries: dict[tuple, Binary] = {}
+    unrunnable: dict[str, str] = {}
+
+    def add(source: str, config: dict[str, int], shape: dict[str, int], picked: bool) -> None:
+        env = suite.environment(folder.spec, shape, table.dtype, table.variant, sms, arch)
+        instance = folder.source_of(source).instantiate(config, env)
+        if isinstance(instance, Exclusion):
+            if picked:  # a baseline entry's pick, which the baseline's own constraints refuse here
+                unrunnable[folder.spec.label(shape)] = f"the {source} cannot run here: {instance.reason}"
+            return
+        key = binary_key(folder, source, config, instance)
+        if key not in binaries:
+            template = folder.source_of(source)
+            binaries[key] = Binary(
+                name="", source=source, config={p: int(config[p]) for p in template.names},
+                derived={d.name: int(instance.defines[d.name]) for d in template.derived},
+                fast_math=bool(instance.fast_math), max_registers=int(instance.max_registers or 0),
+                at=folder.spec.label(shape))
+        if picked:
+            binaries[key].shapes.append(folder.spec.label(shape))
+
+    for shape in shapes:
+        try:
+            pick = table.pick(shape, sms, arch)
+        except AstraError as exc:
+            unrunnable[folder.spec.label(shape)] = str(exc)
+            continue
+        add(pick.source, pick.config, shape, picked=True)
+    configs = [("baseline", {})] if any(e.source == "baseline" for e in table.entries) else []
+    configs += [("template", e.config) for e in table.entries if e.source == "template"]
+    configs += [("template", table.general)] if table.general else []
+    for source, config in configs:
+        for shape in shapes:
+            add(source, config, shape, picked=False)
+
+    groups: list[Group] = []
+    ordered = sorted(binaries.values(), key=lambda b: (b.source != "template", b.key()))
+    for index, binary in enumerate(ordered):
+        group = Group(binary.fast_math, binary.max_registers)
+        if group not in groups:
+            groups.append(group)
+        binary.group = groups.index(group)
+        binary.name = f"{table.kernel}_{'t' if binary.source == 'template' else 'b'}{index}"
+    return ordered, groups, unrunnable
+
+
+def covered_shapes(table: DispatchTable, folder: suite.KernelFolder,
+                   extra: list[dict[str, int]] = ()) -> list[dict[str, int]]:
+    seen, shapes = set(), []
+    for shape in [*(e.shape for e in table.entries), *folder.spec.all_shapes(), *extra]:
+        key = tuple(shape[s] for s in folder.spec.symbols)
+        if key not in seen:
+            seen.add(key)
+            shapes.append({s: shape[s] for s in folder.spec.symbols})
+    return shapes
+
+
+# --- the CUDA file ----------------------------------------------------------------------------
+
+# common.cuh declares the cluster helpers for the sm_90 device pass only; nvcc's host pass of a
+# whole file parses the kernels that call them too, so the exported copy declares them there as well.
+_DEVICE_ONLY_GUARD = "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900"
+_HOST_AND_DEVICE_GUARD = "#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900"
+_GUARD_NOTE = "  // exported: also in nvcc's host pass, which parses the kernels that call these"
+_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]\s*$')
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
+
+
+def _split_source(text: str) -> tuple[list[str], str]:
+    """(system includes, the text without its includes and `//@` directive lines)."""
+    includes, kept = [], []
+    for line in text.splitlines():
+        m = _INCLUDE.match(line)
+        if m and m.group(1) == "<":
+            includes.append(f"#include <{m.group(2)}>")
+        elif m and m.group(2) == suite.COMMON_HEADER:
+            continue
+        elif m:
+            raise ExportError(f"the source includes {m.group(2)!r}, which the export cannot inline")
+        elif not line.strip().startswith("//@"):
+            kept.append(line)
+    return includes, "\n".join(kept).strip("\n")
+
+
+def _c(value) -> str:
+    return json.dumps(str(value))
+
+
+def _v(name: str) -> str:
+    return f"v_{name}"
+
+
+def _cpp(expression: Expression, what: str) -> str:
+    try:
+        return to_cpp(expression, _v)
+    except TranslationError as exc:
+        raise ExportError(f"{what}: {exc}") from None
+
+
+def _instantiate_function(fname: str, template: Template, folder: suite.KernelFolder, dtype: str,
+                          variant: str) -> list[str]:
+    """Template.instantiate in C++: derived values, constraints in order, geometry, flags."""
+    spec = folder.spec
+    variant_defines = spec.variants[variant]
+    expressions = [*(d.expression for d in template.derived), *(c.expression for c in template.constraints),
+                   *template.grid, *template.block,
+                   *(e for e in (template.shared, template.fast_math, template.max_registers) if e is not None)]
+    used = set().union(*(e.names for e in expressions))
+    # Python's scope: the environment, then the configuration over it, then each derived value.
+    scope = {s: f"shape[{i}]" for i, s in enumerate(spec.symbols)}
+    scope |= {"ELEM_BYTES": str(numpy_dtype(dtype).itemsize), "SMS": "sms", "SM": "sm"}
+    scope |= {n: str(int(v)) for n, v in variant_defines.items()}
+    scope |= {p: f"cfg[{i}]" for i, p in enumerate(template.names)}
+    where = f"{folder.name}/{Path(template.path).name}"
+    out = [f"static int {fname}(const ax_int* shape, ax_int sms, ax_int sm, const ax_int* cfg, Inst* out) {{",
+           "    int err = 0;", "    (void)shape; (void)sms; (void)sm; (void)cfg;"]
+    out += [f"    ax_int {_v(n)} = {value};" for n, value in scope.items() if n in used]
+    for i, d in enumerate(template.derived):
+        declare = "" if d.name in scope and d.name in used else "ax_int "
+        scope[d.name] = d.name
+        out += [f"    {declare}{_v(d.name)} = {_cpp(d.expression, f'{where}:{d.line}')};", "    if (err) return FAILED;",
+                f"    out->derived[{i}] = {_v(d.name)};"]
+    for c in template.constraints:
+        reason = c.reason or c.expression.text
+        out += ["    {", f"        const ax_int holds = {_cpp(c.expression, f'{where}:{c.line}')};",
+                "        if (err) return FAILED;",
+                f"        if (!holds) {{ out->line = {c.line}; out->reason = {_c(reason)}; return EXCLUDED; }}",
+                "    }"]
+    for key in ("grid", "block"):
+        dims = getattr(template, key)
+        for i in range(3):
+            value = _cpp(dims[i], f"{where} {key}") if i < len(dims) else "1"
+            out += [f"    out->{key}[{i}] = {value};", "    if (err) return FAILED;"]
+    for key in ("grid", "block"):
+        dims = len(getattr(template, key))
+        out += [f"    for (int i = 0; i < {dims}; ++i)",
+                f"        if (out->{key}[i] < 1) {{ out->line = 0; out->reason = \"{key} has an empty dimension\";"
+                " return EXCLUDED; }"]
+    shared = _cpp(template.shared, f"{where} shared") if template.shared else "0"
+    fast = f"(({_cpp(template.fast_math, f'{where} fast_math')}) != 0)" if template.fast_math else "0"
+    regs = _cpp(template.max_registers, f"{where} max_registers") if template.max_registers else "0"
+    out += [f"    out->shared = {shared};", "    if (err) return FAILED;",
+            f"    out->fast_math = {fast};", "    if (err) return FAILED;",
+            f"    out->max_registers = {regs};", "    if (err) return FAILED;",
+            "    return ADMITTED;", "}"]
+    return out
+
+
+def _signature(folder: suite.KernelFolder, dtype: str) -> list[tuple[str, str]]:
+    """(C type, name) of each kernel argument, as the spec gives them."""
+    params = []
+    for arg in folder.spec.args:
+        arg_dtype = dtype if arg.dtype == "T" else arg.dtype
+        if arg_dtype not in C_TYPES:
+            raise ExportError(f"{folder.name}: argument {arg.name} has dtype {arg_dtype}, which has no C type here")
+        ctype = C_TYPES[arg_dtype]
+        if arg.role == "scalar":
+            params.append((ctype, arg.name))
+        else:
+            params.append((f"{'const ' if arg.role == 'in' else ''}{ctype}*", arg.name))
+    return params
+
+
+def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Binary], groups: list[Group],
+              shapes: list[dict[str, int]], unrunnable: dict[str, str], arch: str, command: str,
+              sms: int = suite.DEFAULT_SMS) -> str:
+    table, spec = source.table, folder.spec
+    k = table.kernel
+    ns = f"astra_{k}"
+    template, baseline = folder.template, folder.baseline
+    np_, ns_ = max(1, len(template.names)), len(spec.symbols)
+    nd = max(1, len(template.derived), len(baseline.derived))
+    signature = _signature(folder, table.dtype)
+    carriers = shape_args(spec)
+    multi = len(groups) > 1
+
+    includes = ["#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
+    bodies = {}
+    common_includes, common_text = _split_source((suite.SUITE_DIR / suite.COMMON_HEADER).read_text())
+    if _DEVICE_ONLY_GUARD in common_text:  # nvcc's host pass parses kernel bodies too
+        common_text = common_text.replace(_DEVICE_ONLY_GUARD, _HOST_AND_DEVICE_GUARD + _GUARD_NOTE)
+    for which in ("template", "baseline"):
+        found, text = _split_source(folder.source_of(which).source)
+        bodies[which] = text
+        common_includes += found
+    for inc in common_includes:
+        if inc not in includes:
+            includes.append(inc)
+
+    lines = _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms)
+    lines += ["", f"#define DTYPE {suite.C_TYPES[table.dtype]}",
+              f"#define ELEM_BYTES {numpy_dtype(table.dtype).itemsize}"]
+    lines += [f"#define {n} {int(v)}" for n, v in spec.variants[table.variant].items()]
+    lines += includes + ["", f"namespace {ns} {{", common_text, f"}}  // namespace {ns}", ""]
+
+    for index, b in enumerate(binaries):
+        which_text = bodies[b.source]
+        defined = sorted({m.group(1) for m in map(_DEFINE.match, which_text.splitlines()) if m})
+        entry = folder.source_of(b.source).kernel
+        defines = {**b.config, **b.derived}
+        lines.append(f"// {b.name}: the {b.source}"
+                     + (f" at {' '.join(f'{n}={v}' for n, v in b.config.items())}" if b.config else "")
+                     + (f"; derived {' '.join(f'{n}={v}' for n, v in b.derived.items())}" if b.derived else "")
+                     + f"; flags {' '.join(groups[b.group].nvcc_flags()) or '(none)'}")
+        if multi:
+            lines.append(f"#if !defined(ASTRA_GROUP) || ASTRA_GROUP == {b.group}")
+        lines.append(f"namespace {ns} {{ namespace i{index} {{")
+        lines += [f"#define {n} {v}" for n, v in defines.items()]
+        lines.append(f"#define {entry} {b.name}")
+        lines.append(which_text)
+        lines.append(f"#undef {entry}")
+        lines += [f"#undef {n}" for n in [*defines, *defined]]
+        lines.append(f"}} }}  // namespace {ns}::i{index}")
+        if multi:
+            lines.append("#endif")
+        lines.append("")
+
+    lines += _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, nd)
+    lines += ["", "#undef DTYPE", "#undef ELEM_BYTES"] + [f"#undef {n}" for n in spec.variants[table.variant]]
+    return "\n".join(lines) + "\n"
+
+
+def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms) -> list[str]:
+    table, spec = source.table, folder.spec
+    k = table.kernel
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    out = [f"// {k}: the kernel tuned by astra-kernels {__version__}, as one standalone CUDA file.",
+           "//",
+           f"// Tuned on:      {source.device}, {source.tuned_date}",
+           f"// Source table:  {source.shown} ({table.dtype}, variant {table.variant}, {len(table.entries)} tuned shapes)",
+           f"// Exported:      {now}, by `{command}`",
+           f"// Target:        {arch}; the kernels were chosen for {sms} multiprocessors, and at run time the pick",
+           "//                uses the device's own count and compute capability",
+           "//",
+           "// Build with nvcc alone (these are the flags the tuner compiled each kernel with):"]
+    builds = object_builds(k, groups, arch)
+    if len(groups) > 1:
+        out += ["// its kernels need different flags, which one nvcc call cannot mix: build one object per",
+                "// group (group 0 also holds the host code) and link them together:"]
+    out += [f"//   nvcc {' '.join(args)}" for args, _ in builds]
+    out.append(f"//   nvcc -shared {' '.join(name for _, name in builds)} -o lib{k}.so")
+    if len(groups) > 1:
+        out.append("// (without ASTRA_GROUP the file also builds in one call, every kernel with that call's flags)")
+    out += ["// Under NVRTC the device part compiles alone: __CUDACC_RTC__ hides the host code.",
+            "//",
+            "// Host API (C linkage):",
+            f"//   cudaError_t {k}_launch({', '.join(f'{t} {n}' for t, n in signature)}, cudaStream_t stream);",
+            f"//     picks the kernel for the shape ({', '.join(f'{s} = {a}' for s, a in shape_args(spec).items())})"
+            " as the dispatch table does, on the",
+            "//     current device, and launches it on `stream`; on failure "
+            f"{k}_last_error() says why.",
+            f"//   int {k}_pick(const long long shape[{len(spec.symbols)}] /* {', '.join(spec.symbols)} */, int sms, "
+            f"int sm, {k}_plan* plan);",
+            "//     the same pick without a GPU (sm: 90 for sm_90): kernel, grid, block, shared memory, why.",
+            "//",
+            f"// Arguments ({folder.name}/spec.py): " + "; ".join(
+                f"{a.name} {a.role}" + (f" [{', '.join(a.shape)}]" if a.shape else "")
+                + (f" = {a.value}" if a.role == 'scalar' and a.value in spec.symbols else "")
+                for a in spec.args) + ".",
+            "// Tensors are contiguous, 16-byte aligned and on the current device.",
+            "//",
+            "// The pick (kernels_sglang/dispatch.py): at a tuned shape, its best (the baseline where nothing",
+            "// beat it); elsewhere the nearest tuned shape's (distance: the sum over the shape symbols of",
+            "// |log a - log b|) whose configuration the template's constraints admit at the shape; else the",
+            "// general configuration; else the admitted configuration fewest value steps from the nearest",
+            "// tuned shape's. Launch geometry comes from the template's own expressions.",
+            "//",
+            "// Dispatch table (median us as measured when tuning):"]
+    for e in table.entries:
+        config = " ".join(f"{n}={v}" for n, v in e.config.items()) if e.source == "template" else "(the baseline)"
+        timing = f"{e.median_us:.2f}" if e.median_us else "-"
+        out.append(f"//   {spec.label(e.shape):>14}  {timing:>8}  {config}")
+    if table.general:
+        out.append(f"//   {'general':>14}  {'':>8}  {' '.join(f'{n}={v}' for n, v in table.general.items())}")
+    out += ["//", f"// Kernels in this file ({len(binaries)}), and the covered shapes whose pick each is:"]
+    for b in binaries:
+        what = " ".join(f"{n}={v}" for n, v in b.config.items()) if b.config else "the baseline"
+        derived = (" [" + " ".join(f"{n}={v}" for n, v in b.derived.items()) + "]") if b.derived else ""
+        out.append(f"//   {b.name}: {what}{derived}")
+        if b.shapes:
+            out.append(f"//       {', '.join(b.shapes)}")
+    out += ["//", f"// {len(shapes)} shapes are covered (the table's, the spec's sets and any given with --shapes);",
+            "// any other shape runs where its pick is one of these kernels, and otherwise "
+            f"{k}_launch returns", "// cudaErrorNotSupported naming the shape (export again with --shapes)."]
+    if unrunnable:
+        out.append("// Covered shapes no configuration runs at: " + "; ".join(f"{s} ({r})" for s, r in unrunnable.items()))
+    return out
+
+
+def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, nd) -> list[str]:
+    spec = folder.spec
+    k = table.kernel
+    ns = f"astra_{k}"
+    host = f"{ns}_host"
+    template = folder.template
+    multi = len(groups) > 1
+    names = template.names
+    out = ["#ifndef __CUDACC_RTC__", "#include <cuda_runtime.h>", "#include <algorithm>", "#include <array>",
+           "#include <cmath>", "#include <cstdio>", "#include <cstdlib>", "#include <cstring>", "#include <map>",
+           "#include <mutex>", "", *_plan_struct(k, names, np_, nd), ""]
+    if multi:
+        out.append(f"namespace {ns} {{")
+        params = ", ".join(f"{t} {n}" for t, n in signature)
+        for index, b in enumerate(binaries):
+            out += [f"#if defined(ASTRA_GROUP) && ASTRA_GROUP != {b.group}",
+                    f"namespace i{index} {{ extern \"C\" __global__ void {b.name}({params}); }}", "#endif"]
+        out += [f"}}  // namespace {ns}", ""]
+    out += ["#if !defined(ASTRA_GROUP) || ASTRA_GROUP == 0" if multi else "", f"namespace {host} {{", HELPERS,
+            "enum { ADMITTED = 0, EXCLUDED = 1, FAILED = 2 };",
+            f"struct Inst {{ ax_int derived[{nd}]; ax_int grid[3]; ax_int block[3]; ax_int shared; ax_int fast_math;"
+            " ax_int max_registers; int line; const char* reason; };", ""]
+    out += _instantiate_function("instantiate_template", template, folder, table.dtype, table.variant) + [""]
+    out += _instantiate_function("instantiate_baseline", folder.baseline, folder, table.dtype, table.variant) + [""]
+
+    params = template.parameters
+    out += [f"static const int kSymbols = {ns_};", f"static const int kParams = {len(params)};",
+            f"static const int kTemplateDerived = {len(template.derived)};",
+            f"static const int kBaselineDerived = {len(folder.baseline.derived)};",
+            f"static const char* const kSymbolNames[{ns_}] = {{{', '.join(_c(s) for s in spec.symbols)}}};"]
+    for i, p in enumerate(params):
+        out.append(f"static const ax_int kValues{i}[] = {{{', '.join(f'{v}LL' for v in p.values)}}};")
+    out.append(f"static const ax_int* const kValues[{np_}] = {{{', '.join(f'kValues{i}' for i in range(len(params))) or '0'}}};")
+    out.append(f"static const int kCounts[{np_}] = {{{', '.join(str(len(p.values)) for p in params) or '0'}}};")
+    out.append(f"static const ax_int kDefault[{np_}] = {{{_values(template.default, names)}}};")
+    out += ["", f"struct Entry {{ ax_int shape[{ns_}]; ax_int config[{np_}]; int baseline; const char* label; }};",
+            f"static const Entry kEntries[{len(table.entries)}] = {{"]
+    for e in table.entries:
+        config = _values(e.config, names) if e.source == "template" else _values({}, names)
+        out.append(f"    {{{{{', '.join(f'{e.shape[s]}LL' for s in spec.symbols)}}}, {{{config}}}, "
+                   f"{int(e.source == 'baseline')}, {_c(spec.label(e.shape))}}},")
+    out += ["};", f"static const int kEntryCount = {len(table.entries)};",
+            f"static const int kHasGeneral = {int(bool(table.general))};",
+            f"static const ax_int kGeneral[{np_}] = {{{_values(table.general or {}, names)}}};", "",
+            f"struct Binary {{ int source; ax_int config[{np_}]; int derived_count; ax_int derived[{nd}]; "
+            "ax_int fast_math; ax_int max_registers; const char* name; };",
+            f"static const Binary kBinaries[{len(binaries)}] = {{"]
+    for b in binaries:
+        derived = ", ".join(f"{v}LL" for v in b.derived.values()) or "0"
+        out.append(f"    {{{int(b.source == 'baseline')}, {{{_values(b.config, names)}}}, {len(b.derived)}, "
+                   f"{{{derived}}}, {int(b.fast_math)}, {b.max_registers}, {_c(b.name)}}},")
+    out += ["};", f"static const int kBinaryCount = {len(binaries)};", ""]
+    out.append("static const void* kernel_address(int index) {")
+    out.append("    switch (index) {")
+    for index, b in enumerate(binaries):
+        out.append(f"    case {index}: return (const void*)&{ns}::i{index}::{b.name};")
+    out += ["    }", "    return 0;", "}", ""]
+    out += _PICK.replace("KERNEL", k).splitlines()
+    out += ["", "}  // namespace " + host, ""]
+    out += _c_api(table, folder, signature, carriers, host)
+    if multi:
+        out.append("#endif  // ASTRA_GROUP == 0")
+    out.append("#endif  // __CUDACC_RTC__")
+    return out
+
+
+def _plan_struct(k: str, names: list[str], np_: int, nd: int) -> list[str]:
+    return ["typedef struct {",
+            "    int source;                      /* 0: the template at `config`; 1: the baseline */",
+            f"    long long config[{np_}];          /* {', '.join(names)} */",
+            f"    long long derived[{nd}];          /* the source's `derive` values, in order */",
+            "    int instance;                    /* the kernel of this file that runs it; -1: none here */",
+            "    const char* kernel;              /* its name, or NULL */",
+            "    unsigned int grid[3];",
+            "    unsigned int block[3];",
+            "    unsigned long long shared_bytes;",
+            "    int fast_math;",
+            "    int max_registers;               /* 0: no cap */",
+            "    char picked_by[256];",
+            "    char error[512];",
+            f"}} {k}_plan;"]
+
+
+def render_header(table: DispatchTable, folder: suite.KernelFolder) -> str:
+    """`<kernel>.h`: the host API of `<kernel>.cu` for the other files of a program."""
+    k, template = table.kernel, folder.template
+    np_, nd = max(1, len(template.names)), max(1, len(template.derived), len(folder.baseline.derived))
+    params = ", ".join(f"{t} {n}" for t, n in _signature(folder, table.dtype))
+    lines = [f"// {k}.h: the host API of {k}.cu (its header comment says what each function does).",
+             "#pragma once", "#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
+    if any(t.startswith("__nv_fp8") for t, _ in _signature(folder, table.dtype)):
+        lines.append("#include <cuda_fp8.h>")
+    lines += ["", *_plan_struct(k, template.names, np_, nd), "", "#ifdef __cplusplus", 'extern "C" {', "#endif",
+              f"cudaError_t {k}_launch({params}, cudaStream_t stream);",
+              f"int {k}_pick(const long long* shape, int sms, int sm, {k}_plan* plan);",
+              f"const char* {k}_last_error(void);",
+              "#ifdef __cplusplus", "}", "#endif"]
+    return "\n".join(lines) + "\n"
+
+
+def _values(config: dict[str, int], names: list[str]) -> str:
+    return ", ".join(f"{int(config[n])}LL" if n in config else "0LL" for n in names) or "0LL"
+
+
+# The pick of dispatch.py, over the tables above; KERNEL is replaced by the kernel's name.
+_PICK = r"""
+static void shape_label(const ax_int* shape, char* text, size_t size) {
+    size_t used = 0;
+    text[0] = 0;
+    for (int s = 0; s < kSymbols && used < size; ++s)
+        used += (size_t)snprintf(text + used, size - used, s ? "x%lld" : "%lld", shape[s]);
+}
+
+static int fail(KERNEL_plan* plan, int status, const char* message) {
+    snprintf(plan->error, sizeof plan->error, "%s", message);
+    return status;
+}
+
+static int finish(KERNEL_plan* plan, int source, const ax_int* config, const Inst& inst) {
+    plan->source = source;
+    for (int p = 0; p < kParams; ++p) plan->config[p] = source == 0 ? config[p] : 0;
+    const int derived = source == 0 ? kTemplateDerived : kBaselineDerived;
+    for (int d = 0; d < derived; ++d) plan->derived[d] = inst.derived[d];
+    for (int i = 0; i < 3; ++i) {  // a size past 32 bits becomes 0, which the launch refuses
+        plan->grid[i] = inst.grid[i] > 0xffffffffLL ? 0u : (unsigned int)inst.grid[i];
+        plan->block[i] = inst.block[i] > 0xffffffffLL ? 0u : (unsigned int)inst.block[i];
+    }
+    plan->shared_bytes = (unsigned long long)inst.shared;
+    plan->fast_math = (int)inst.fast_math;
+    plan->max_registers = (int)inst.max_registers;
+    plan->instance = -1;
+    plan->kernel = 0;
+    for (int b = 0; b < kBinaryCount; ++b) {
+        const Binary& bin = kBinaries[b];
+        if (bin.source != source || bin.fast_math != inst.fast_math || bin.max_registers != inst.max_registers) continue;
+        bool same = true;
+        for (int p = 0; source == 0 && p < kParams; ++p) same = same && bin.config[p] == config[p];
+        for (int d = 0; d < bin.derived_count; ++d) same = same && bin.derived[d] == inst.derived[d];
+        if (same) {
+            plan->instance = b;
+            plan->kernel = bin.name;
+            break;
+        }
+    }
+    return 0;
+}
+
+static int value_index(int p, ax_int value) {
+    for (int i = 0; i < kCounts[p]; ++i)
+        if (kValues[p][i] == value) return i;
+    return -1;
+}
+
+static int pick(const ax_int* shape, ax_int sms, ax_int sm, KERNEL_plan* plan) {
+    memset(plan, 0, sizeof *plan);
+    plan->instance = -1;
+    char label[128];
+    shape_label(shape, label, sizeof label);
+    char message[512];
+    for (int s = 0; s < kSymbols; ++s) {
+        if (shape[s] < 1) {
+            snprintf(message, sizeof message, "KERNEL: %s = %lld; shape sizes must be positive", kSymbolNames[s], shape[s]);
+            return fail(plan, 1, message);
+        }
+    }
+    double distance[kEntryCount];
+    int order[kEntryCount];
+    for (int e = 0; e < kEntryCount; ++e) {
+        double d = 0.0;
+        for (int s = 0; s < kSymbols; ++s)
+            d += std::fabs(std::log((double)kEntries[e].shape[s]) - std::log((double)shape[s]));
+        distance[e] = d;
+        order[e] = e;
+    }
+    std::stable_sort(order, order + kEntryCount, [&](int a, int b) { return distance[a] < distance[b]; });
+    Inst inst;
+    for (int k = 0; k < kEntryCount; ++k) {
+        const Entry& entry = kEntries[order[k]];
+        char where[192];
+        if (distance[order[k]] == 0.0) snprintf(where, sizeof where, "tuned");
+        else snprintf(where, sizeof where, "nearest tuned shape %s", entry.label);
+        memset(&inst, 0, sizeof inst);
+        if (entry.baseline) {
+            snprintf(plan->picked_by, sizeof plan->picked_by, "%s: the baseline", where);
+            const int r = instantiate_baseline(shape, sms, sm, entry.config, &inst);
+            if (r == FAILED) {
+                snprintf(message, sizeof message, "KERNEL: an expression of the baseline fails at %s", label);
+                return fail(plan, 2, message);
+            }
+            if (r == EXCLUDED) {
+                snprintf(message, sizeof message, "KERNEL: the baseline cannot run at %s: %s", label, inst.reason);
+                return fail(plan, 1, message);
+            }
+            return finish(plan, 1, entry.config, inst);
+        }
+        const int r = instantiate_template(shape, sms, sm, entry.config, &inst);
+        if (r == FAILED) {
+            snprintf(message, sizeof message, "KERNEL: an expression of the template fails at %s", label);
+            return fail(plan, 2, message);
+        }
+        if (r == ADMITTED) {
+            snprintf(plan->picked_by, sizeof plan->picked_by, "%s", where);
+            return finish(plan, 0, entry.config, inst);
+        }
+    }
+    if (kHasGeneral) {
+        memset(&inst, 0, sizeof inst);
+        const int r = instantiate_template(shape, sms, sm, kGeneral, &inst);
+        if (r == FAILED) {
+            snprintf(message, sizeof message, "KERNEL: an expression of the template fails at %s", label);
+            return fail(plan, 2, message);
+        }
+        if (r == ADMITTED) {
+            snprintf(plan->picked_by, sizeof plan->picked_by, "general configuration");
+            return finish(plan, 0, kGeneral, inst);
+        }
+    }
+    const ax_int* target = kDefault;
+    char origin[192];
+    snprintf(origin, sizeof origin, "template default");
+    for (int k = 0; k < kEntryCount; ++k) {
+        if (!kEntries[order[k]].baseline) {
+            target = kEntries[order[k]].config;
+            snprintf(origin, sizeof origin, "tuned shape %s", kEntries[order[k]].label);
+            break;
+        }
+    }
+    int target_index[kParams > 0 ? kParams : 1];
+    for (int p = 0; p < kParams; ++p) target_index[p] = value_index(p, target[p]);
+    int position[kParams > 0 ? kParams : 1];
+    ax_int config[kParams > 0 ? kParams : 1];
+    ax_int best_config[kParams > 0 ? kParams : 1];
+    for (int p = 0; p < kParams; ++p) position[p] = 0;
+    long long best = -1;
+    Inst best_inst;
+    memset(&best_inst, 0, sizeof best_inst);
+    for (;;) {
+        for (int p = 0; p < kParams; ++p) config[p] = kValues[p][position[p]];
+        memset(&inst, 0, sizeof inst);
+        const int r = instantiate_template(shape, sms, sm, config, &inst);
+        if (r == FAILED) {
+            snprintf(message, sizeof message, "KERNEL: an expression of the template fails at %s", label);
+            return fail(plan, 2, message);
+        }
+        if (r == ADMITTED) {
+            long long steps = 0;
+            for (int p = 0; p < kParams; ++p) steps += std::abs(position[p] - target_index[p]);
+            if (best < 0 || steps < best) {
+                best = steps;
+                for (int p = 0; p < kParams; ++p) best_config[p] = config[p];
+                best_inst = inst;
+            }
+        }
+        int p = kParams - 1;
+        while (p >= 0 && ++position[p] == kCounts[p]) position[p--] = 0;
+        if (p < 0) break;
+    }
+    if (best < 0) {
+        snprintf(message, sizeof message, "KERNEL: no configuration of the template runs at %s", label);
+        return fail(plan, 1, message);
+    }
+    snprintf(plan->picked_by, sizeof plan->picked_by, "closest runnable to the %s's configuration", origin);
+    return finish(plan, 0, best_config, best_inst);
+}
+
+static std::mutex plans_mutex;
+static std::map<std::array<ax_int, kSymbols + 2>, KERNEL_plan> plans;
+
+static int cached_pick(const ax_int* shape, int sms, int sm, KERNEL_plan* plan) {
+    std::array<ax_int, kSymbols + 2> key;
+    for (int s = 0; s < kSymbols; ++s) key[s] = shape[s];
+    key[kSymbols] = sms;
+    key[kSymbols + 1] = sm;
+    {
+        std::lock_guard<std::mutex> lock(plans_mutex);
+        auto found = plans.find(key);
+        if (found != plans.end()) {
+            *plan = found->second;
+            return 0;
+        }
+    }
+    const int status = pick(shape, sms, sm, plan);
+    if (status == 0) {
+        std::lock_guard<std::mutex> lock(plans_mutex);
+        if (plans.size() >= 4096) plans.clear();
+        plans[key] = *plan;
+    }
+    return status;
+}
+
+static thread_local char last_error[640];
+
+static cudaError_t remember(cudaError_t status, const char* message) {
+    snprintf(last_error, sizeof last_error, "%s", message);
+    return status;
+}
+"""
+
+
+def _c_api(table, folder, signature, carriers, host) -> list[str]:
+    spec = folder.spec
+    k = table.kernel
+    params = ", ".join(f"{t} {n}" for t, n in signature)
+    shape = ", ".join(f"(ax_int){carriers[s]}" for s in spec.symbols)
+    out = [f'extern "C" const char* {k}_last_error(void) {{ return {host}::last_error; }}', "",
+           f'extern "C" int {k}_pick(const long long* shape, int sms, int sm, {k}_plan* plan) {{',
+           f"    return {host}::pick(shape, sms, sm, plan);", "}", "",
+           f'extern "C" cudaError_t {k}_launch({params}, cudaStream_t stream) {{',
+           f"    using namespace {host};",
+           f"    const ax_int shape[{len(spec.symbols)}] = {{{shape}}};",
+           "    {  // nothing to compute when every output is empty (an idle batch)",
+           "        int err = 0;", "        ax_int elements = 0;"]
+    out += [f"        const ax_int {_v(s)} = shape[{i}]; (void){_v(s)};" for i, s in enumerate(spec.symbols)]
+    out.append(f"        const ax_int {_v('ELEM_BYTES')} = {numpy_dtype(table.dtype).itemsize}; (void){_v('ELEM_BYTES')};")
+    for arg in spec.args:
+        if arg.role in ("out", "inout"):
+            count = "1LL"
+            for dim in arg.shape:
+                count = f"ax_mul(err, {count}, {_cpp(Expression(dim), f'{arg.name} shape')})"
+            out.append(f"        elements = ax_add(err, elements, ax_abs(err, {count}));")
+    out += ["        if (!err && elements == 0) return remember(cudaSuccess, \"\");", "    }",
+            "    int device = 0, sms = 0, major = 0, minor = 0;",
+            "    cudaError_t status = cudaGetDevice(&device);",
+            "    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);",
+            "    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);",
+            "    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);",
+            "    if (status != cudaSuccess) return remember(status, cudaGetErrorString(status));",
+            f"    {k}_plan plan;",
+            "    if (cached_pick(shape, sms, major * 10 + minor, &plan) != 0) return remember(cudaErrorInvalidValue, plan.error);",
+            "    if (plan.instance < 0) {",
+            "        char label[128], message[640];",
+            "        shape_label(shape, label, sizeof label);",
+            f"        snprintf(message, sizeof message, \"{k}: this file has no kernel for the pick at %s (%s); \"",
+            "                 \"export it again with --shapes %s\", label, plan.picked_by, label);",
+            "        return remember(cudaErrorNotSupported, message);", "    }",
+            "    const void* kernel = kernel_address(plan.instance);",
+            "    if (plan.shared_bytes > 48 * 1024) {",
+            "        status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.shared_bytes);",
+            "        if (status != cudaSuccess) return remember(status, cudaGetErrorString(status));", "    }",
+            f"    void* args[] = {{{', '.join(f'(void*)&{n}' for _, n in signature)}}};",
+            "    status = cudaLaunchKernel(kernel, dim3(plan.grid[0], plan.grid[1], plan.grid[2]),",
+            "                              dim3(plan.block[0], plan.block[1], plan.block[2]), args,",
+            "                              (size_t)plan.shared_bytes, stream);",
+            "    return remember(status, status == cudaSuccess ? \"\" : cudaGetErrorString(status));", "}"]
+    return out
+
+
+# --- the folder -------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportResult:
+    out: Path
+    files: list[Path]
+    binaries: list[Binary]
+    groups: list[Group]
+    unrunnable: dict[str, str]
+
+
+def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]] = (), sms: int = suite.DEFAULT_SMS,
+           arch: str = DEFAULT_ARCH, command: str | None = None) -> ExportResult:
+    """Write `<kernel>.cu` with its `<kernel>.h`, `<kernel>_launch.py`, `README.md`, `export.json` and
+    `dispatch.json` to `out`."""
+    from . import guide as export_guide
+
+    table = source.table
+    folder = suite.load(table.kernel)
+    check_table(table, folder)
+    suite.compute_capability(arch)
+    for shape in shapes:
+        if set(shape) != set(folder.spec.symbols):
+            raise ExportError(f"shape {shape} must set exactly {folder.spec.symbols}")
+    covered = covered_shapes(table, folder, list(shapes))
+    binaries, groups, unrunnable = plan_binaries(table, folder, covered, sms, arch)
+    if not binaries:
+        raise ExportError(f"no configuration of the {table.kernel} table runs at any covered shape")
+    command = command or f"astra_kernels.jobs.exporting.cuda_file.export({str(source.path)!r}, {str(out)!r})"
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    k = table.kernel
+    files = [out / f"{k}.cu", out / f"{k}_launch.py", out / "README.md", out / MANIFEST, out / "dispatch.json",
+             out / f"{k}.h"]
+    files[0].write_text(render_cu(source, folder, binaries, groups, covered, unrunnable, arch, command, sms))
+    manifest = {
+        "kernel": k, "dtype": table.dtype, "variant": table.variant, "arch": arch, "sms": sms,
+        "source_table": source.shown, "tuned_on": source.device, "tuned_date": source.tuned_date,
+        "command": command, "exported": datetime.now(UTC).isoformat(timespec="seconds"),
+        "astra_kernels": __version__, "cu": files[0].name,
+        "groups": [asdict(g) for g in groups],
+        "binaries": [asdict(b) for b in binaries],
+        "covered_shapes": [folder.spec.label(s) for s in covered],
+        "unrunnable": unrunnable,
+        "table": table.model_dump(mode="json"),
+    }
+    files[3].write_text(json.dumps(manifest, indent=2))
+    files[4].write_text(table.model_dump_json(indent=2))
+    files[5].write_text(render_header(table, folder))
+    files[1].write_text(export_guide.launcher_py(k, folder, table.dtype))
+    files[2].write_text(export_guide.readme(manifest, folder, groups))
+    return ExportResult(out, files, binaries, groups, unrunnable)

@@ -1,0 +1,226 @@
+"""The words and small programs beside an exported kernel: its Python launcher and its SGLang guide.
+
+An export is only useful once it is in a server, and the way in differs per kernel: which
+sgl_kernel function it replaces, with what signature, called from which SGLang layer. That
+knowledge lives here, one entry per kernel, so `astra export` writes a guide whose code matches
+the exported signature; the names are sgl_kernel's and SGLang's own (sgl-kernel/python/sgl_kernel/
+elementwise.py and attention.py; python/sglang/srt/layers/layernorm.py, activation.py and
+attention/merge_state.py). Kernels without an entry get the generic part of the guide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from astra_kernels.kernels_sglang import suite
+from .cuda_file import Group, shape_args
+
+
+@dataclass(frozen=True)
+class SwapIn:
+    """How one sgl_kernel op gives way to the exported kernel."""
+
+    op: str  # the sgl_kernel attribute replaced
+    signature: str  # sgl_kernel's signature and what it returns
+    call_site: str  # where SGLang calls it
+    wrapper: str  # a drop-in with sgl_kernel's signature; `_tuned` is the exported callable, `_original` the op
+
+
+_SILU_WRAPPER = '''def {op}(input, out=None):
+    if input.dtype != {torch_dtype} or not input.is_contiguous():
+        return _original(input, out)
+    if out is None:
+        out = torch.empty(input.shape[:-1] + (input.shape[-1] // 2,), dtype=input.dtype, device=input.device)
+    _tuned(input.view(-1, input.shape[-1]), out.view(-1, out.shape[-1]))
+    return out'''
+
+SWAPS = {
+    "rmsnorm": SwapIn(
+        op="rmsnorm",
+        signature="sgl_kernel.rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None) -> out",
+        call_site="python/sglang/srt/layers/layernorm.py, RMSNorm.forward_cuda: "
+                  "`out = rmsnorm(x, self.weight.data, self.variance_epsilon)`",
+        wrapper='''def rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None):
+    if input.dtype != {torch_dtype} or input.dim() != 2 or not input.is_contiguous():
+        return _original(input, weight, eps, out, enable_pdl)
+    if out is None:
+        out = torch.empty_like(input)
+    _tuned(input, weight, out, eps=eps)
+    return out'''),
+    "fused_add_rmsnorm": SwapIn(
+        op="fused_add_rmsnorm",
+        signature="sgl_kernel.fused_add_rmsnorm(input, residual, weight, eps=1e-6, enable_pdl=None) -> None "
+                  "(in place: residual += input, then input = rmsnorm(residual) * weight)",
+        call_site="python/sglang/srt/layers/layernorm.py, RMSNorm.forward_cuda: "
+                  "`fused_add_rmsnorm(x, residual, self.weight.data, self.variance_epsilon)`",
+        wrapper='''def fused_add_rmsnorm(input, residual, weight, eps=1e-6, enable_pdl=None):
+    if input.dtype != {torch_dtype} or input.dim() != 2 or not (input.is_contiguous() and residual.is_contiguous()):
+        return _original(input, residual, weight, eps, enable_pdl)
+    _tuned(input, residual, weight, eps=eps)'''),
+    "merge_attn_states": SwapIn(
+        op="merge_state_v2",
+        signature="sgl_kernel.merge_state_v2(v_a, s_a, v_b, s_b, v_merged=None, s_merged=None) -> (v_merged, s_merged); "
+                  "v [tokens, heads, head_dim], s [tokens, heads] float32",
+        call_site="python/sglang/srt/layers/attention/merge_state.py, merge_state(): "
+                  "`from sgl_kernel import merge_state_v2` inside the function, so the patched attribute is read "
+                  "at every call",
+        wrapper='''def merge_state_v2(v_a, s_a, v_b, s_b, v_merged=None, s_merged=None):
+    if v_a.dtype != {torch_dtype}:
+        return _original(v_a, s_a, v_b, s_b, v_merged, s_merged)
+    s_a, s_b = s_a.to(torch.float32).contiguous(), s_b.to(torch.float32).contiguous()
+    v_merged = torch.empty_like(v_a) if v_merged is None else v_merged
+    s_merged = torch.empty_like(s_a) if s_merged is None else s_merged
+    _tuned(v_a.contiguous(), s_a, v_b.contiguous(), s_b, v_merged, s_merged)
+    return v_merged, s_merged'''),
+}
+_ACTIVATIONS = {"default": ("silu_and_mul", "SiluAndMul"), "gelu": ("gelu_and_mul", "GeluAndMul"),
+                "gelu_tanh": ("gelu_tanh_and_mul", "GeluAndMul (approximate='tanh')")}
+_TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+
+
+def swap_in(kernel: str, variant: str) -> SwapIn | None:
+    if kernel == "silu_and_mul":
+        op, layer = _ACTIVATIONS.get(variant, _ACTIVATIONS["default"])
+        return SwapIn(op=op, signature=f"sgl_kernel.{op}(input, out=None) -> out",
+                      call_site=f"python/sglang/srt/layers/activation.py, {layer}.forward_cuda: `{op}(x, out)`",
+                      wrapper=_SILU_WRAPPER.replace("{op}", op))
+    return SWAPS.get(kernel)
+
+
+LAUNCHER = '''"""{kernel}: the exported kernel as a Python callable on framework tensors.
+
+    from {kernel}_launch import {kernel}
+    {kernel}({call})
+
+Tensors come through DLPack or __cuda_array_interface__ (torch, CuPy, JAX, Numba, ...), contiguous,
+{dtype}, on one GPU; each call launches on that tensor's current torch stream (the default
+stream for other frameworks, or `stream=`). The first call on a device compiles {kernel}.cu with
+NVRTC (served from the compile cache afterwards). Needs astra-kernels installed.
+"""
+
+from pathlib import Path
+
+from astra_kernels.runtime.exported_kernel import load_callable
+
+HERE = Path(__file__).parent
+_callable = None
+
+
+def {kernel}(*tensors, **scalars):
+    global _callable
+    if _callable is None:
+        _callable = load_callable(HERE)
+    return _callable(*tensors, **scalars)
+'''
+
+
+def call_example(folder: suite.KernelFolder) -> str:
+    spec = folder.spec
+    carried = set(shape_args(spec).values())
+    tensors = [a.name for a in spec.args if a.role != "scalar"]
+    scalars = [f"{a.name}={a.value}" for a in spec.args if a.role == "scalar" and a.name not in carried]
+    return ", ".join(tensors + scalars)
+
+
+def launcher_py(kernel: str, folder: suite.KernelFolder, dtype: str = "") -> str:
+    return LAUNCHER.format(kernel=kernel, call=call_example(folder), dtype=dtype or "in the table's dtype")
+
+
+def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> str:
+    k, dtype, arch = manifest["kernel"], manifest["dtype"], manifest["arch"]
+    spec = folder.spec
+    carriers = shape_args(spec)
+    signature = ", ".join(
+        f"{a.name}{'' if a.role == 'scalar' else ' [' + ', '.join(a.shape) + ']'}"
+        f" ({a.role}, {dtype if a.dtype == 'T' else a.dtype})" for a in spec.args)
+    base = f"-arch={arch} -std=c++17"
+    if len(groups) == 1:
+        build = f"nvcc {' '.join([base, *groups[0].nvcc_flags()])} -shared -Xcompiler -fPIC {k}.cu -o lib{k}.so"
+    else:
+        build = "\n".join(
+            [f"nvcc {' '.join([base, *g.nvcc_flags(), f'-DASTRA_GROUP={i}'])} -Xcompiler -fPIC -c {k}.cu -o {k}_g{i}.o"
+             for i, g in enumerate(groups)]
+            + [f"nvcc -shared {' '.join(f'{k}_g{i}.o' for i in range(len(groups)))} -o lib{k}.so"])
+    lines = [
+        f"# {k}, exported",
+        "",
+        f"Tuned on {manifest['tuned_on']} ({manifest['tuned_date']}); table {manifest['source_table']} "
+        f"({dtype}, variant {manifest['variant']}); exported {manifest['exported']} by `{manifest['command']}`.",
+        "",
+        "| file | what |",
+        "|---|---|",
+        f"| `{k}.cu` | every kernel the dispatch table can launch ({len(manifest['binaries'])}), the shared header inlined, "
+        f"and the host pick and launch (`{k}_launch`, `{k}_pick`, `{k}_last_error`); builds with nvcc alone |",
+        f"| `{k}.h` | the C declarations of those three functions and of `{k}_plan`, for the rest of a program |",
+        f"| `{k}_launch.py` | `{k}(...)`: the same kernels as a Python callable on framework tensors (needs astra-kernels) |",
+        "| `export.json` | what the file holds, per kernel: configuration, derived defines, flags, the shapes it serves |",
+        "| `dispatch.json` | the dispatch table exported |",
+        "",
+        f"Arguments, in order: {signature}. "
+        f"The shape ({', '.join(f'{s} = {a}' for s, a in carriers.items())}) is read from the scalars in C "
+        "and from the tensors in Python. Tensors must be contiguous and 16-byte aligned.",
+        "",
+        "## Build it",
+        "",
+        "```",
+        build,
+        "```",
+        "",
+        f"The file's header lists the kernels, the table and the covered shapes; {k}_launch returns "
+        "`cudaErrorNotSupported` (and says which shape) for a shape whose pick the file lacks; "
+        "`astra export ... --shapes` adds shapes.",
+        "",
+        "## Call it from Python",
+        "",
+        "```python",
+        f"from {k}_launch import {k}      # with this folder on sys.path",
+        f"{k}({call_example(folder)})",
+        "```",
+        "",
+        "It checks dtype, shape, contiguity, alignment and device, and launches on the tensor's current torch "
+        "stream, so it runs inside CUDA-graph capture (the kernels load on the first call: make it before "
+        "capturing, as SGLang's warm-up runs do).",
+    ]
+    swap = swap_in(k, manifest["variant"])
+    if swap:
+        wrapper = swap.wrapper.replace("{torch_dtype}", _TORCH_DTYPES.get(dtype, dtype))
+        lines += [
+            "",
+            "## Swap it into an SGLang deployment",
+            "",
+            f"SGLang calls `{swap.signature}`",
+            f"from {swap.call_site}. Patch the `sgl_kernel` attribute before SGLang imports it, in every "
+            "process SGLang starts (its schedulers and tensor-parallel workers are separate processes): a "
+            "`sitecustomize.py` on `PYTHONPATH` does that. Shapes, dtypes and layouts the export does not "
+            "cover fall back to the original op.",
+            "",
+            "```python",
+            "# sitecustomize.py, in a folder on PYTHONPATH: Python imports it at start-up in every process",
+            "import sys",
+            "import torch",
+            "import sgl_kernel",
+            "",
+            f"sys.path.insert(0, '/path/to/this/export/folder')  # where {k}_launch.py is",
+            f"from {k}_launch import {k} as _tuned",
+            "",
+            f"_original = sgl_kernel.{swap.op}",
+            "",
+            "",
+            wrapper,
+            "",
+            "",
+            f"sgl_kernel.{swap.op} = {swap.op}",
+            "```",
+            "",
+            f"Then start the server as usual, e.g. `PYTHONPATH=/path/to/patch python -m sglang.launch_server "
+            f"--model-path ...`. To check that it is in use, call `sgl_kernel.{swap.op}` once in that "
+            f"environment and compare with `_original` on the same tensors. With `--enable-torch-compile`, "
+            "register the wrapper as a custom op (`torch.library.custom_op`, mutating its output arguments) so "
+            "the compiler does not trace into it.",
+            "",
+            f"Without Python in the loop, `lib{k}.so` from the build above is a C library (`{k}.h` declares it): "
+            f"call `{k}_launch(<device pointers and scalars as above>, stream)` with "
+            "`at::cuda::getCurrentCUDAStream()` from your own torch extension, or through ctypes.",
+        ]
+    lines += ["", "docs/export.md in the astra-kernels repository has the whole guide."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,113 @@
+"""A kernel's PyTorch peer measured by the project's protocol, inside the evaluation worker.
+
+The bar for a tuned kernel is the faster of SGLang's kernel and what a user gets for free: the
+same math in plain PyTorch, eager or under torch.compile. Such a number means something only
+when taken like ours: the same seeded inputs checked against the same float64 reference and
+tolerance, then CUDA-graph replay over rotating input sets that keep L2 cold, in the same process
+and on the same GPU. `measure_peer` runs in the worker (EvaluationWorker.call), beside the
+context our kernels use; PyTorch shares that primary context.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, Field
+
+from astra_kernels.tools.measuring.correctness import Check, compare, unchanged
+from astra_kernels.tools.measuring.evaluation import seeded_case
+from astra_kernels.tools.toolchain.timing import Timing, rotation_count, time_torch_graph
+
+from . import torch_tensors as peers
+from astra_kernels.kernels_sglang import suite
+
+MODES = ("eager", "compile")
+
+
+class PeerResult(BaseModel):
+    kernel: str
+    label: str
+    mode: str  # "eager" or "compile"
+    status: str  # "ok", "incorrect", "unavailable" (no PyTorch with CUDA), "failed"
+    message: str = ""
+    checks: list[Check] = Field(default_factory=list)
+    timing: Timing | None = None
+    compile_seconds: float | None = None
+    torch_version: str = ""
+
+    @property
+    def median_us(self) -> float | None:
+        return self.timing.median_us if self.status == "ok" and self.timing else None
+
+
+def torch_cuda() -> str | None:
+    """PyTorch's version when it is importable with CUDA, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.__version__ if torch.cuda.is_available() else None
+
+
+def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant: str = "default",
+                 mode: str = "compile", seed: int = 1, replays: int = 10) -> PeerResult:
+    """Check the peer once against the reference, then time it; `device` is the worker's Device
+    (unused but for its context, which PyTorch shares)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    folder = suite.load(kernel)
+    problem = suite.problem(folder, shape, dtype, variant)
+    result = PeerResult(kernel=kernel, label=problem.label, mode=mode, status="ok")
+    version = torch_cuda()
+    if version is None:
+        result.status, result.message = "unavailable", "PyTorch with CUDA is not installed here"
+        return result
+    result.torch_version = version
+    import torch
+
+    try:
+        forward = suite.load_peer(kernel).forward
+        case = seeded_case(problem, seed)  # shared with the evaluations of this shape
+        first, scalars = peers.arguments(problem, case.inputs, "cuda")
+        if mode == "compile":
+            started = time.perf_counter()
+            # Each shape is a fresh compile: without a reset Dynamo counts every shape as a
+            # recompilation of the same function and, past its limit, silently runs it eagerly.
+            torch._dynamo.reset()
+            forward = torch.compile(forward, fullgraph=True, dynamic=False)
+            forward({n: t.clone() for n, t in first.items()}, scalars, variant)  # compiles, on a copy
+            torch.cuda.synchronize()
+            result.compile_seconds = time.perf_counter() - started
+
+        result.checks = _check(problem, forward, case, scalars, variant)
+        if not all(c.passed for c in result.checks):
+            failed = [c for c in result.checks if not c.passed]
+            result.status = "incorrect"
+            result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
+            return result
+
+        count = rotation_count(problem.set_bytes)
+        sets = [{name: t.clone() for name, t in first.items()} for _ in range(count)]
+        kept = []  # every captured call keeps its outputs, so each writes fresh memory as ours do
+
+        def call(i: int) -> None:
+            outputs = forward(sets[i % count], scalars, variant)
+            if len(kept) < count:
+                kept.append(outputs)
+
+        result.timing = time_torch_graph(call, launches=max(count, 20), input_sets=count, replays=replays)
+        del sets, kept
+    except Exception as exc:  # a peer that does not compile or run is a result, not a crash
+        result.status, result.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+    finally:
+        torch.cuda.empty_cache()
+    return result
+
+
+def _check(problem, forward, case, scalars, variant) -> list[Check]:
+    """Outputs and in-place arguments against the float64 reference; inputs left unchanged."""
+    tensors, _ = peers.arguments(problem, case.inputs, "cuda")
+    got = peers.results(problem, tensors, forward(tensors, scalars, variant))
+    return [unchanged(p.name, case.inputs[p.name], peers.to_numpy(tensors[p.name])) if p.role == "in"
+            else compare(p.name, got[p.name], case.expected[p.name], problem.tolerance(p.dtype))
+            for p in problem.buffers]

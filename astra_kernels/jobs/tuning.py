@@ -1,0 +1,414 @@
+"""`astra tune`: the two-stage tuner's second stage over a kernel's shapes.
+
+Per shape: the template's space is pruned (constraints, compile, hardware limits), the baseline
+is measured, and a strategy searches the survivors within a budget, every evaluation going
+through the results store. Then the per-shape winners are measured at every shape, and the one
+with the best geometric mean becomes the general configuration. Each shape's dispatch entry is
+the fastest of everything measured there (its own search, the other shapes' winners, the
+baseline): a large shape whose search had time for few evaluations often runs best with another
+shape's winner, and where nothing beat the baseline by more than BASELINE_MARGIN the table keeps
+the baseline. The output
+folder gets the kernel source, the parameters, the table and a report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from . import charts as plots
+from astra_kernels.tools.search.hardware import limits_for
+from astra_kernels.tools.search.rounds import plan_round
+from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
+from astra_kernels.tools.search.space import build_space
+from astra_kernels.tools.templating.template import Exclusion
+
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+
+# A template must beat the baseline by more than this fraction to take its place in the table. At
+# large shapes one kernel timed in two processes differs by up to ~1% (H200, 2026-11-24: fused_add_
+# rmsnorm 16384x8192 won its search by 0.02% and came out 1% slower in the benchmark), so a smaller
+# win is a coin toss against "never slower", and it is worth at most that 1%.
+BASELINE_MARGIN = 0.01
+
+_clock = time.monotonic  # the general phase's deadline; tests replace it
+
+
+class ShapeResult(BaseModel):
+    shape: dict[str, int]
+    label: str
+    space_total: int
+    space_after_constraints: int
+    space_after_compile: int
+    space_candidates: int
+    pruned_reasons: list[tuple[str, int]]
+    baseline_us: float | None
+    baseline_status: str
+    search: SearchOutcome
+    dispatch_us: float | None = None  # what the dispatch table runs here: the best measured at this shape
+    dispatch_from: str = ""  # "search", "the winner at SHAPE" or "baseline"
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_us and self.search.best_us:
+            return self.baseline_us / self.search.best_us
+        return None
+
+
+class VerifiedShape(BaseModel):
+    """The dispatch table's pick at one shape, run through the full correctness protocol."""
+
+    shape: dict[str, int]
+    label: str
+    config: dict[str, int]
+    picked_by: str
+    status: str
+    median_us: float | None = None
+    baseline_us: float | None = None
+    message: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline_us / self.median_us if self.baseline_us and self.median_us else None
+
+
+class TuneReport(BaseModel):
+    kernel: str
+    dtype: str
+    variant: str
+    strategy: str
+    device: str
+    arch: str
+    date: str
+    replayed_from: str | None = None  # a results store answered instead of a GPU (tools/replay.py)
+    shapes: list[ShapeResult] = Field(default_factory=list)
+    general: dict[str, int] | None = None
+    general_us: dict[str, float] = Field(default_factory=dict)
+    general_cut: str | None = None  # why not every winner was measured at every shape
+    dispatch: DispatchTable | None = None
+    verified: list[VerifiedShape] = Field(default_factory=list)
+
+    @property
+    def verification_failures(self) -> list[VerifiedShape]:
+        return [v for v in self.verified if v.status != "ok"]
+
+    def geomean_speedup(self) -> float | None:
+        speedups = [s.speedup for s in self.shapes if s.speedup]
+        return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
+
+
+def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shapes: list[dict[str, int]],
+         dtype: str, variant: str = "default", strategy: str = "auto", budget: Budget | None = None,
+         rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
+         verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
+         compile_timeout_s: float | None = None) -> TuneReport:
+    """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
+    `compile_timeout_s` bounds each configuration's compile while the space is pruned."""
+    spec = folder.spec
+    arch = worker.device["arch"]
+    sms = worker.device.get("multiprocessors")
+    limits = limits_for(arch, sms, worker.device.get("max_shared_per_block_optin"))
+    base = suite.base_options(dtype, spec.variants[variant], arch)
+    report = TuneReport(kernel=spec.name, dtype=dtype, variant=variant, strategy=strategy,
+                        device=worker.device["name"], arch=arch, replayed_from=worker.device.get("replay"),
+                        date=datetime.now(UTC).isoformat(timespec="seconds"))
+
+    requests = _Requests(folder, dtype, variant, limits)
+    request, labels = requests.request, requests.labels
+
+    for shape in shapes:
+        label = spec.label(shape)
+        env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
+        configs = folder.template.sample_configs(sample, seed) if sample else None
+        space = build_space(folder.template, env, base, limits, configs=configs, max_spill_bytes=max_spill_bytes,
+                            compile_timeout_s=compile_timeout_s)
+        if progress:
+            progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
+        baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
+        chosen = pick_strategy(strategy, len(space.candidates), budget)
+        outcome = search_rounds(
+            chosen, [c.config for c in space.candidates],
+            lambda config, shape=shape: request("template", shape, config),
+            evaluator, budget or Budget(), rounds=rounds, seed=seed,
+            plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
+            labels=labels("template", shape),
+            progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
+        )
+        report.shapes.append(ShapeResult(
+            shape=shape, label=label, space_total=space.total,
+            space_after_constraints=space.after_constraints, space_after_compile=space.after_compile,
+            space_candidates=space.after_hardware, pruned_reasons=space.reasons()[:8],
+            baseline_us=baseline.timing.median_us if baseline.status == "ok" and baseline.timing else None,
+            baseline_status=baseline.status, search=outcome,
+        ))
+
+    winners = {s.label: s.search.best_config for s in report.shapes if s.search.best_config}
+    seconds = budget.seconds if budget and budget.seconds else None
+    deadline = _clock() + seconds * len(report.shapes) if seconds else None
+    report.general, report.general_us, measured, report.general_cut = _general(
+        winners, report.shapes, request, evaluator, labels, deadline)
+    if progress and report.general_cut:
+        progress(report.general_cut, None)
+    report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general,
+                                    entries=[_entry(s, measured.get(s.label, [])) for s in report.shapes])
+    verify_dispatch(report, folder, worker, evaluator, verify or [], progress)
+    return report
+
+
+class _Requests:
+    """Evaluation requests and results-store labels for one kernel, dtype and variant on one GPU."""
+
+    def __init__(self, folder: suite.KernelFolder, dtype: str, variant: str, limits):
+        self.folder, self.dtype, self.variant, self.limits = folder, dtype, variant, limits
+
+    def labels(self, which: str, shape: dict[str, int]):
+        return lambda config: dict(kernel=self.folder.spec.name, which=which, config=config, shape=shape,
+                                   dtype=self.dtype, variant=self.variant)
+
+    def request(self, which: str, shape: dict[str, int], config: dict[str, int] | None = None):
+        req = suite.request(self.folder, which, shape, self.dtype, self.variant, config,
+                            sms=self.limits.multiprocessors, arch=self.limits.arch)
+        if not isinstance(req, Exclusion):
+            req.stream_timing = False  # the search ranks by graph replay; a Python loop adds ~13 us a launch
+        return req
+
+
+def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,
+                    shapes: list[dict[str, int]],
+                    progress: Callable[[str, Trial | None], None] | None = None) -> list[VerifiedShape]:
+    """Run the dispatch table's pick at each shape through the correctness checks and time it
+    beside the baseline; the results replace those of the same shapes in `report.verified`."""
+    limits = limits_for(worker.device["arch"], worker.device.get("multiprocessors"),
+                        worker.device.get("max_shared_per_block_optin"))
+    requests = _Requests(folder, report.dtype, report.variant, limits)
+    found = []
+    for shape in shapes:
+        if progress:
+            progress(f"verifying {folder.spec.label(shape)}", None)
+        found.append(_verify(report.dispatch, shape, folder.spec, requests, evaluator))
+    labels = {v.label for v in found}
+    report.verified = [v for v in report.verified if v.label not in labels] + found
+    return found
+
+
+def _verify(dispatch: DispatchTable, shape, spec, requests: _Requests, evaluator) -> VerifiedShape:
+    """What the generated launcher would run at `shape`: correct, and how fast beside the baseline."""
+    label = spec.label(shape)
+    try:
+        config, picked_by, source = dispatch.pick(shape, requests.limits.multiprocessors, requests.limits.arch)
+    except suite.AstraError as exc:
+        return VerifiedShape(shape=shape, label=label, config={}, picked_by="", status="excluded", message=str(exc))
+    result, _ = evaluator(requests.request(source, shape, config or None), **requests.labels(source, shape)(config))
+    baseline, _ = evaluator(requests.request("baseline", shape), **requests.labels("baseline", shape)({}))
+    return VerifiedShape(
+        shape=shape, label=label, config=config, picked_by=picked_by, status=result.status,
+        median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
+        baseline_us=baseline.timing.median_us if baseline.status == "ok" and baseline.timing else None,
+        message=result.message[:300],
+    )
+
+
+DEFAULT_SEARCH_SECONDS = 100.0  # search time per kernel when no budget is given, shared by its shapes
+AUTO_EXHAUSTIVE = 64  # "auto" measures every candidate of a space at most this large
+
+
+def pick_strategy(strategy: str, candidates: int, budget: Budget | None) -> str:
+    """`auto` is exhaustive when every candidate fits the evaluation budget (or the space is
+    small), else the model-based search; any other name is taken as given."""
+    if strategy != "auto":
+        return strategy
+    limit = budget.evaluations if budget and budget.evaluations else AUTO_EXHAUSTIVE
+    return "exhaustive" if candidates <= limit else "tpe"
+
+
+def _general(winners: dict[str, dict], shapes, request, evaluator, labels, deadline: float | None = None):
+    """Every per-shape winner measured at every shape it runs at. Returns the one with the best
+    geometric mean over all the shapes (the general configuration, if one runs everywhere), its
+    times, per shape label the (time, config, whose winner) of every winner measured there, and
+    why the measuring stopped early, if it did.
+
+    Under a time budget this phase gets as long as the searches had in all (`deadline`): with
+    many shapes it is winners x shapes evaluations, and at the largest shapes each takes seconds
+    (silu_and_mul's 15 serving and Astra shapes on the H200 ran past 5 minutes). Stored results
+    cost nothing, so a resumed run gets further.
+    """
+    best, best_times, best_score = None, {}, math.inf
+    measured: dict[str, list[tuple[float, dict, str]]] = {}
+    unique: dict[tuple, tuple[dict, str]] = {}
+    for label, config in winners.items():
+        unique.setdefault(tuple(sorted(config.items())), (config, label))
+    done = 0
+    for config, owner in unique.values():
+        times = {}
+        for s in shapes:
+            if deadline is not None and _clock() > deadline:
+                cut = (f"the winners' cross-measurement ran out of time: {done} of {len(unique)} winners "
+                       "measured at every shape (the general configuration is the best of those)")
+                return best, best_times, measured, cut
+            req = request("template", s.shape, config)
+            if isinstance(req, Exclusion):
+                continue
+            result, _ = evaluator(req, **labels("template", s.shape)(config))
+            if result.status == "ok" and result.timing is not None:
+                times[s.label] = result.timing.median_us
+                measured.setdefault(s.label, []).append((result.timing.median_us, config, owner))
+        done += 1
+        if len(times) == len(shapes):
+            score = sum(math.log(t) for t in times.values()) / len(times)
+            if score < best_score:
+                best, best_times, best_score = config, times, score
+    return best, best_times, measured, None
+
+
+def _entry(shape: ShapeResult, measured: list[tuple[float, dict, str]]) -> DispatchEntry:
+    """The fastest thing measured at this shape, recorded on `shape` too: its own search's best,
+    another shape's winner, or the baseline when none of them beat it by BASELINE_MARGIN."""
+    options = list(measured)
+    if shape.search.best_config and shape.search.best_us:
+        options.append((shape.search.best_us, shape.search.best_config, shape.label))
+    fastest = min(options, key=lambda o: o[0]) if options else None
+    if shape.baseline_us and (fastest is None or fastest[0] >= shape.baseline_us * (1 - BASELINE_MARGIN)):
+        shape.dispatch_us, shape.dispatch_from = shape.baseline_us, "baseline"
+        return DispatchEntry(shape=shape.shape, config={}, median_us=shape.baseline_us, source="baseline")
+    if fastest is None:
+        # Asked for but nothing measured (a replay lacking it, a run cut short): the baseline, which
+        # is correct and the reference speed, rather than a guess from the nearest tuned shape.
+        shape.dispatch_from = "baseline (nothing measured here)"
+        return DispatchEntry(shape=shape.shape, config={}, source="baseline")
+    us, config, owner = fastest
+    shape.dispatch_us = us
+    shape.dispatch_from = "search" if owner == shape.label and config == shape.search.best_config else f"the winner at {owner}"
+    return DispatchEntry(shape=shape.shape, config=config, median_us=us)
+
+
+def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> list[Path]:
+    """The kernel source and shared header, parameters, dispatch table, report and charts."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "kernel.cu", out / "common.cuh", out / "best.json", out / "dispatch.json",
+               out / "report.json", out / "report.md", out / "speedup.svg", out / "convergence.svg",
+               out / "launcher.py"]
+    shutil.copyfile(folder.path / "template.cu", written[0])
+    shutil.copyfile(suite.SUITE_DIR / suite.COMMON_HEADER, written[1])
+    best = {s.label: {"config": s.search.best_config, "median_us": s.search.best_us,
+                      "baseline_us": s.baseline_us, "speedup": s.speedup} for s in report.shapes}
+    written[2].write_text(json.dumps({"general": report.general, "per_shape": best}, indent=2))
+    written[3].write_text(report.dispatch.model_dump_json(indent=2) if report.dispatch else "{}")
+    written[4].write_text(report.model_dump_json(indent=2))
+    written[5].write_text(render_markdown(report))
+    written[6].write_text(plots.bar_chart(
+        [s.label for s in report.shapes], [s.speedup for s in report.shapes],
+        title=f"{report.kernel}: best configuration over the baseline, per shape ({report.device})",
+        ylabel="speedup (x)", reference=1.0))
+    written[7].write_text(plots.line_chart(
+        {s.label: convergence(s.search) for s in report.shapes if s.search.best_us},
+        title=f"{report.kernel}: best time so far over the shape's final best",
+        ylabel=f"best so far / final best (clipped at {CLIP:g})", xlabel="evaluations"))
+    written[8].write_text(LAUNCHER.format(kernel=report.kernel, device=report.device, date=report.date))
+    return written
+
+
+LAUNCHER = '''"""{kernel}, tuned by `astra tune` on {device} ({date}).
+
+The dispatch table beside this file picks the configuration for each call's shape at run time:
+
+    from launcher import load
+    kernel = load()                      # a TunedKernel on GPU 0 (astra_kernels.runtime.tuned_kernel)
+    plan = kernel(*args, **shape)        # arguments in the kernel's signature order; shape e.g. T=16, D=4096
+    print(plan.config, plan.picked_by)
+"""
+
+from pathlib import Path
+
+from astra_kernels.runtime.dispatch import DispatchTable
+from astra_kernels.runtime.tuned_kernel import TunedKernel
+
+TABLE = DispatchTable.model_validate_json((Path(__file__).parent / "dispatch.json").read_text())
+
+
+def load(device=None) -> TunedKernel:
+    return TunedKernel(TABLE, device)
+'''
+
+
+CLIP = 2.0  # the convergence chart's ceiling: a first guess 10x off would flatten every other line
+
+
+def convergence(outcome: SearchOutcome) -> list[tuple[float, float]]:
+    """(evaluations so far, best time so far over the final best, at most CLIP) after each trial."""
+    points, best = [], None
+    for i, trial in enumerate(outcome.trials, start=1):
+        if trial.median_us is not None and (best is None or trial.median_us < best):
+            best = trial.median_us
+        if best is not None and outcome.best_us:
+            points.append((float(i), min(CLIP, best / outcome.best_us)))
+    return points
+
+
+def _measured(outcome: SearchOutcome) -> int:
+    return sum(t.status != "unrecorded" for t in outcome.trials)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if value else "—"
+
+
+def render_markdown(report: TuneReport) -> str:
+    lines = [
+        f"# {report.kernel}: tuned on {report.device} ({report.arch}), {report.date}",
+        "",
+        f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
+        "CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks.",
+        "",
+    ]
+    if report.replayed_from:
+        lines += [f"Replayed from the results store `{report.replayed_from}`: every time below was measured "
+                  f"on the {report.device} of that recording; candidates it holds no measurement of are "
+                  "left out of the counts, never estimated.", ""]
+    lines += [
+        "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated (stopped by) | baseline us | search best us | speedup | dispatched us (from) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in report.shapes:
+        lines.append(
+            f"| {s.label} | {s.space_total} | {s.space_after_constraints} | {s.space_after_compile} | "
+            f"{s.space_candidates} | {s.search.strategy} | {_measured(s.search)} ({s.search.stopped_by}) | "
+            f"{_fmt(s.baseline_us)} | {_fmt(s.search.best_us)} | {_fmt(s.speedup, 3)} | "
+            f"{_fmt(s.dispatch_us)} ({s.dispatch_from or '—'}) |")
+    geo = report.geomean_speedup()
+    lines += ["", f"Geometric-mean speedup over the baseline: {geo:.3f}" if geo else "No speedup measured.", "",
+              "![speedup per shape](speedup.svg)", "", "![convergence](convergence.svg)", ""]
+    if report.general:
+        lines += [f"General configuration: `{report.general}`", ""]
+    if report.general_cut:
+        lines += [f"Note: {report.general_cut}.", ""]
+    lines += ["## Best configuration per shape", ""]
+    for s in report.shapes:
+        lines.append(f"- {s.label}: `{s.search.best_config}`")
+    lines += ["", "## What the planner did between rounds", ""]
+    for s in report.shapes:
+        for r in s.search.rounds:
+            why = "; ".join(r.reasons) or "the whole pruned space"
+            lines.append(f"- {s.label} round {r.index + 1} ({r.action}, {r.pool} candidates, {r.evaluated} "
+                         f"evaluated, best {_fmt(r.best_us)} us): {why}")
+    lines += ["", "## Why configurations were pruned", ""]
+    for s in report.shapes:
+        reasons = "; ".join(f"{r} ({n})" for r, n in s.pruned_reasons) or "none"
+        lines.append(f"- {s.label}: {reasons}")
+    if report.verified:
+        failed = len(report.verification_failures)
+        lines += ["", "## The dispatch table at every verified shape", "",
+                  f"{len(report.verified) - failed} of {len(report.verified)} shapes correct.", "",
+                  "| shape | picked by | configuration | status | baseline us | dispatched us | speedup |",
+                  "|---|---|---|---|---|---|---|"]
+        for v in report.verified:
+            lines.append(f"| {v.label} | {v.picked_by} | `{v.config}` | {v.status} | {_fmt(v.baseline_us)} | "
+                         f"{_fmt(v.median_us)} | {_fmt(v.speedup, 3)} |")
+    return "\n".join(lines) + "\n"

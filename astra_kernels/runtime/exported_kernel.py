@@ -1,0 +1,320 @@
+"""An exported kernel as a Python callable on framework tensors: `load_callable(DIR)(*tensors, **scalars)`.
+
+What `astra export` wrote is run as written: `<kernel>.cu` is compiled with NVRTC (one module per
+flag group, served from the compile cache after the first time) and loaded once per GPU, and each
+call picks through the same dispatch table as the file's C++ pick (the CPU tests hold the two to
+the same answers). Tensors arrive by DLPack or __cuda_array_interface__ (tools/interop.py), are
+checked against the kernel's signature (dtype, shape, contiguity, alignment, one device) so a
+mistake is an error naming the argument rather than a wrong answer, and the launch goes on the
+stream the framework is using: torch's current stream for torch tensors, so the call orders with
+the model's other work and is captured into CUDA graphs; the legacy default stream otherwise, or
+`stream=` when given. A pick the file lacks (a shape outside the export's coverage whose
+`derive` values differ) is compiled from the template on demand, as the tuner's launcher does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from astra_kernels.tools.toolchain import interop
+from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_source
+from astra_kernels.tools.toolchain.device import Device, DeviceBuffer, Kernel, check, gpu_available
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.errors import AstraError, LaunchArgumentError, NoGpuError
+from astra_kernels.tools.templating.expressions import Expression
+from astra_kernels.tools.templating.template import Exclusion
+
+from astra_kernels.kernels_sglang import suite
+from .dispatch import DispatchTable
+from astra_kernels.jobs.exporting.cuda_file import MANIFEST, Binary, ExportError, Group, binary_key, shape_args
+
+ALIGNMENT = 16  # bytes: the kernels load 16-byte vectors from each tensor's start
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a call ran: the kernel (None when every output was empty), why, and how."""
+
+    kernel: str | None
+    source: str
+    config: dict
+    picked_by: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int
+    from_file: bool  # False: compiled from the template because the file lacks this pick
+
+
+class _OnDevice:
+    """The file's kernels loaded on one GPU, and the binaries compiled there on demand."""
+
+    def __init__(self, device: Device, kernels: dict[str, Kernel]):
+        self.device = device
+        self.kernels = kernels
+        self.shared_allowed: dict[Kernel, int] = {}  # dynamic shared memory each kernel is allowed, above 48 KB
+
+
+class ExportedKernel:
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        path = self.folder / MANIFEST
+        if not path.is_file():
+            raise ExportError(f"{self.folder} has no {MANIFEST}: give a folder written by `astra export`")
+        self.manifest = json.loads(path.read_text())
+        self.name = self.manifest["kernel"]
+        self.table = DispatchTable.model_validate(self.manifest["table"])
+        self.kernel_folder = suite.load(self.name)
+        self.spec = self.kernel_folder.spec
+        self.source = (self.folder / self.manifest["cu"]).read_text()
+        self.groups = [Group(**g) for g in self.manifest["groups"]]
+        self.binaries = {Binary(**b).key(): b["name"] for b in self.manifest["binaries"]}
+        self.tensors = [a for a in self.spec.args if a.role != "scalar"]
+        self.carriers = shape_args(self.spec)
+        self.dtype = self.table.dtype
+        self._devices: dict[int, _OnDevice] = {}
+        self._plans: dict[tuple, Launch] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        names = ", ".join(a.name for a in self.tensors)
+        return f"<exported {self.name} ({self.dtype}) from {self.folder}: tensors {names}>"
+
+    # --- compile and load ----------------------------------------------------------------------
+
+    def compile(self, arch: str) -> list:
+        """The file's device part for `arch`, one module per flag group (the flags the tuner used)."""
+        modules = []
+        for index, group in enumerate(self.groups):
+            defines = {"ASTRA_GROUP": index} if len(self.groups) > 1 else {}
+            options = CompileOptions(arch=arch, fast_math=group.fast_math,
+                                     max_registers=group.max_registers or None, defines=defines)
+            modules.append(compile_source(self.source, options, name=self.manifest["cu"]))
+        return modules
+
+    def _on(self, index: int) -> _OnDevice:
+        with self._lock:
+            if index not in self._devices:
+                from cuda.bindings import driver
+
+                if not gpu_available():  # (which also initialises the driver the context comes from)
+                    raise NoGpuError(f"{self.name}: no CUDA GPU is visible here, and the kernel launches on one")
+                previous = check(driver.cuCtxGetCurrent(), "current context")
+                device = Device(index)
+                kernels = {}
+                for module in self.compile(device.properties.arch):
+                    kernels.update(device.load_all(module))
+                if previous is not None and int(previous):  # leave the framework's context current
+                    check(driver.cuCtxSetCurrent(previous), "restore context")
+                self._devices[index] = _OnDevice(device, kernels)
+            return self._devices[index]
+
+    # --- the pick ------------------------------------------------------------------------------
+
+    def plan(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = "sm_90") -> Launch:
+        """What runs at `shape` on a GPU of `sms` multiprocessors and `arch`: the pick of the dispatch
+        table, its geometry, and the file's kernel for it (None where the file lacks it)."""
+        key = (tuple(shape[s] for s in self.spec.symbols), sms, arch)
+        if key in self._plans:
+            return self._plans[key]
+        if any(shape[s] < 1 for s in self.spec.symbols):
+            raise LaunchArgumentError(f"{self.name}: shape {shape} must be positive")
+        pick = self.table.pick(shape, sms, arch)
+        template = self.kernel_folder.source_of(pick.source)
+        env = suite.environment(self.spec, shape, self.dtype, self.table.variant, sms, arch)
+        instance = template.instantiate(pick.config, env)
+        if isinstance(instance, Exclusion):
+            raise AstraError(f"{self.name}: the {pick.source} cannot run at {self.spec.label(shape)}: {instance.reason}")
+        name = self.binaries.get(binary_key(self.kernel_folder, pick.source, pick.config, instance))
+        launch = Launch(name, pick.source, dict(pick.config), pick.picked_by, instance.grid, instance.block,
+                        instance.shared_bytes, name is not None)
+        self._plans[key] = launch
+        return launch
+
+    # --- a call --------------------------------------------------------------------------------
+
+    def __call__(self, *tensors, stream=None, **scalars) -> Launch:
+        """Launch on `tensors` (the signature's tensor arguments, in order) and `scalars` (those the
+        shape does not give, by name: eps=1e-6). Returns what ran; the launch is asynchronous."""
+        if len(tensors) != len(self.tensors):
+            raise LaunchArgumentError(f"{self.name} takes {len(self.tensors)} tensors "
+                                      f"({', '.join(a.name for a in self.tensors)}), got {len(tensors)}")
+        handle, ordered = _stream_handle(stream, tensors)
+        # DLPack's -1: no synchronisation, for tensors whose pending work is already on `handle`.
+        consumer = -1 if ordered else handle
+        views = [interop.view(t, consumer, what=f"{self.name} argument {a.name}") for t, a in zip(tensors, self.tensors)]
+        index = self._check_devices(views)
+        shape = self._shape(views)
+        values = self._scalars(shape, scalars)
+        if all(np.prod(v.shape) == 0 for v, a in zip(views, self.tensors) if a.role != "in"):
+            return Launch(None, "", {}, "every output is empty: nothing to compute", (), (), 0, True)
+        on = self._on(index)
+        props = on.device.properties
+        launch = self.plan(shape, props.multiprocessors, props.arch)
+        args, tensor_views = [], iter(views)
+        for arg in self.spec.args:
+            if arg.role == "scalar":
+                args.append(values[arg.name])
+            else:
+                v = next(tensor_views)
+                args.append(DeviceBuffer.view(v.ptr, v.nbytes))
+        with _current(on.device):  # loading, attributes and the launch belong to the tensors' GPU
+            kernel = self._kernel(on, launch, shape)
+            if launch.shared_bytes > on.shared_allowed.get(kernel, 48 * 1024):
+                on.device.set_dynamic_shared(kernel, launch.shared_bytes)
+                on.shared_allowed[kernel] = launch.shared_bytes
+            _wait_for_producers(views, handle)
+            from cuda.bindings import driver
+
+            on.device.launch(kernel, launch.grid, launch.block, args, launch.shared_bytes, driver.CUstream(handle))
+        return launch
+
+    def _kernel(self, on: _OnDevice, launch: Launch, shape: dict[str, int]) -> Kernel:
+        if launch.kernel is not None:
+            return on.kernels[launch.kernel]
+        props = on.device.properties
+        request = suite.request(self.kernel_folder, launch.source, shape, self.dtype, self.table.variant,
+                                launch.config or None, sms=props.multiprocessors, arch=props.arch)
+        key = request.options.model_dump_json()
+        with self._lock:
+            if key not in on.kernels:
+                on.kernels[key] = on.device.load(compile_source(request.source, request.options), request.kernel)
+            return on.kernels[key]
+
+    def _check_devices(self, views) -> int:
+        indices = set()
+        for v, arg in zip(views, self.tensors):
+            if v.device != "cuda":
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} is on {v.device}; the kernel needs CUDA tensors")
+            index = v.device_index
+            if index is None:
+                index = interop.device_of(v.ptr) if v.ptr else next(iter(indices), 0)
+            indices.add(index)
+        if len(indices) > 1:
+            raise LaunchArgumentError(f"{self.name}: the tensors are on different GPUs ({sorted(indices)})")
+        return indices.pop()
+
+    def _shape(self, views) -> dict[str, int]:
+        """The shape symbols read from the tensors, every dimension and property checked."""
+        shape: dict[str, int] = {}
+        for v, arg in zip(views, self.tensors):
+            expected_dtype = self.dtype if arg.dtype == "T" else arg.dtype
+            if v.dtype != expected_dtype:
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} is {v.dtype}; this export takes {expected_dtype}")
+            if len(v.shape) != len(arg.shape):
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} has {len(v.shape)} dimensions; it takes "
+                                          f"{len(arg.shape)} [{', '.join(arg.shape)}]")
+            for size, expression in zip(v.shape, arg.shape):
+                symbol = expression.strip()
+                if symbol in self.spec.symbols and shape.setdefault(symbol, size) != size:
+                    raise LaunchArgumentError(f"{self.name} argument {arg.name}: {symbol} = {size} here, but "
+                                              f"{shape[symbol]} in an earlier argument")
+        missing = [s for s in self.spec.symbols if s not in shape]
+        if missing:
+            raise LaunchArgumentError(f"{self.name}: no tensor dimension gives {', '.join(missing)}")
+        env = {**shape, "ELEM_BYTES": numpy_dtype(self.dtype).itemsize}
+        for v, arg in zip(views, self.tensors):
+            want = tuple(int(Expression(d)(env)) for d in arg.shape)
+            if tuple(v.shape) != want:
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} has shape {tuple(v.shape)}; with "
+                                          f"{', '.join(f'{s} = {n}' for s, n in shape.items())} it must be {want} "
+                                          f"[{', '.join(arg.shape)}]")
+            if not v.is_contiguous():
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} is not contiguous (strides {v.strides}); "
+                                          "pass .contiguous()")
+            if v.nbytes and v.ptr % ALIGNMENT:
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} starts at {v.ptr:#x}, not {ALIGNMENT}-byte "
+                                          "aligned (a slice?); the kernel loads 16-byte vectors")
+            if v.readonly and arg.role != "in":
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} is read-only, but the kernel writes it")
+        return shape
+
+    def _scalars(self, shape: dict[str, int], given: dict) -> dict[str, np.generic]:
+        carried = {name: symbol for symbol, name in self.carriers.items()}
+        known = {a.name for a in self.spec.args if a.role == "scalar"}
+        unknown = set(given) - known
+        if unknown:
+            raise LaunchArgumentError(f"{self.name} has no scalar {', '.join(sorted(unknown))}; its scalars: "
+                                      f"{', '.join(sorted(known))}")
+        values = {}
+        for arg in self.spec.args:
+            if arg.role != "scalar":
+                continue
+            if arg.name in carried:
+                value = shape[carried[arg.name]]
+                if arg.name in given and int(given[arg.name]) != value:
+                    raise LaunchArgumentError(f"{self.name}: {arg.name}={given[arg.name]}, but the tensors say {value}")
+            elif arg.name in given:
+                value = given[arg.name]
+            else:
+                raise LaunchArgumentError(f"{self.name} needs {arg.name}= (the tuned runs used {arg.value})")
+            try:
+                converted = numpy_dtype(arg.dtype).type(value)
+            except (OverflowError, TypeError, ValueError) as exc:
+                raise LaunchArgumentError(f"{self.name}: {arg.name}={value!r} is not a {arg.dtype}: {exc}") from None
+            if np.issubdtype(type(converted), np.integer) and converted != value:
+                raise LaunchArgumentError(f"{self.name}: {arg.name}={value} does not fit {arg.dtype}")
+            values[arg.name] = converted
+        return values
+
+
+def load_callable(folder: str | Path) -> ExportedKernel:
+    """The exported kernel in `folder` (written by `astra export`), ready to call on tensors."""
+    return ExportedKernel(folder)
+
+
+def _stream_handle(stream, tensors) -> tuple[int, bool]:
+    """The CUDA stream to launch on, and whether the tensors' pending work is known to be on it:
+    `stream` (a handle, or an object with cuda_stream or ptr), else torch's current stream on the
+    first torch tensor's device (where torch queues its own work), else the legacy default (0)."""
+    if stream is not None:
+        for attribute in ("cuda_stream", "ptr", "handle"):
+            if hasattr(stream, attribute):
+                return int(getattr(stream, attribute)), False
+        return int(stream), False
+    for t in tensors:
+        if type(t).__module__.startswith("torch") and getattr(t, "is_cuda", False):
+            import torch
+
+            return int(torch.cuda.current_stream(t.device).cuda_stream), True
+    return 0, False
+
+
+class _current:
+    """Make `device`'s context current for the launch, restoring the caller's afterwards."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.pushed = False
+
+    def __enter__(self):
+        from cuda.bindings import driver
+
+        current = check(driver.cuCtxGetCurrent(), "current context")
+        if current is None or int(current) != int(self.device.context):
+            check(driver.cuCtxPushCurrent(self.device.context), "push context")
+            self.pushed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.pushed:
+            from cuda.bindings import driver
+
+            check(driver.cuCtxPopCurrent(), "pop context")
+
+
+def _wait_for_producers(views, handle: int) -> None:
+    """__cuda_array_interface__ v3: order the launch after the stream still producing a tensor."""
+    from cuda.bindings import driver
+
+    for producer in {v.producer_stream for v in views if v.producer_stream not in (None, handle)}:
+        event = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "event")
+        try:
+            check(driver.cuEventRecord(event, driver.CUstream(producer)), "record on the producer's stream")
+            check(driver.cuStreamWaitEvent(driver.CUstream(handle), event, 0), "wait on the launch stream")
+        finally:
+            driver.cuEventDestroy(event)

@@ -1,0 +1,141 @@
+"""Evaluating a candidate at every shape: the tester's and the profiler's common ground.
+
+A candidate is a kernel in the template format (tools/template.py), so the baseline, a direct
+rewrite (a template without parameters) and a tuned template all become evaluation requests the
+same way, and every evaluation goes through the results store: a resumed run measures nothing
+twice. The evaluator is the context's, else a replay of the context's `replay` recording, else
+one EvaluationWorker per GPU; the last two are built once per process and kept by it (a server
+runs many graphs), so nodes only borrow them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import threading
+from pathlib import Path
+
+from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.errors import AstraError, NoGpuError
+from astra_kernels.tools.measuring.replay import ReplayWorker
+from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import StoredEvaluator
+from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
+
+from astra_kernels.graph.state import Candidate, ShapeMeasurement
+
+_WORKERS: dict[int, object] = {}
+_STORES: dict[str, ResultsStore] = {}
+_REPLAYS: dict[str, tuple[Path, ReplayWorker]] = {}  # results path: (recording, its replay)
+_REPLAYS_LOCK = threading.Lock()  # a server runs graphs on several threads at once
+
+
+def evaluator(context, kernel: str):
+    """The context's evaluator, else a replay of `context.replay`, else this process's worker on
+    the context's GPU. An evaluator handed over unstarted (`EvaluationWorker()` in a notebook)
+    knows its device only once started, and the nodes read the device before evaluating: it is
+    started here."""
+    if context.evaluator is not None:
+        if context.replay:
+            raise AstraError(f"the context has both an evaluator and replay={context.replay!r}; pass one")
+        if getattr(context.evaluator, "device", None) is None and callable(getattr(context.evaluator, "start", None)):
+            context.evaluator.start()
+        return context.evaluator
+    if context.replay:
+        return _replay(context, kernel)
+    if context.gpu not in _WORKERS:
+        if not gpu_available():
+            raise NoGpuError("the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
+                             "(pass an evaluator in the context to run it against recorded results)")
+        from astra_kernels.tools.measuring.worker import EvaluationWorker
+
+        worker = EvaluationWorker(device_index=context.gpu)
+        worker.start()
+        atexit.register(worker.close)
+        _WORKERS[context.gpu] = worker
+    return _WORKERS[context.gpu]
+
+
+def _replay(context, kernel: str) -> ReplayWorker:
+    """The replay whose working copy is `context.results`, copied from the recording once per
+    process: later runs (and a resumed one) reuse it. Another recording is refused that path
+    rather than replacing a store an open connection or a concurrent run is reading."""
+    recording = recordings.resolve(context.replay, kernel).resolve()
+    with _REPLAYS_LOCK:
+        if context.results in _REPLAYS:
+            held, worker = _REPLAYS[context.results]
+            if held != recording:
+                raise AstraError(f"{context.results} is this process's working copy of {held}; replaying "
+                                 f"{recording} needs another results path")
+            return worker
+        if context.results in _STORES:
+            raise AstraError(f"{context.results} is already this process's store of runs with another "
+                             f"evaluator; replaying {recording} needs another results path")
+        worker = ReplayWorker.from_recording(recording, context.results)
+        atexit.register(worker.close)
+        _REPLAYS[context.results] = (recording, worker)
+        return worker
+
+
+def stored_evaluator(context, kernel: str) -> StoredEvaluator:
+    worker = evaluator(context, kernel)
+    if context.results not in _STORES:
+        _STORES[context.results] = store = ResultsStore(context.results)
+        atexit.register(store.close)
+    return StoredEvaluator(worker, _STORES[context.results], run_id="agent")
+
+
+def parse_candidate(kernel: str, source: str) -> Template:
+    """The candidate's source as a template of this kernel; TemplateError names the line."""
+    return parse_template(source, "candidate.cu", suite.template_symbols(suite.load(kernel).spec))
+
+
+def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate, *,
+             check: bool = True, time: bool = True) -> Candidate:
+    """The candidate measured at every shape (its `configs`, else its template's default)."""
+    folder = suite.load(kernel)
+    run = stored_evaluator(context, kernel)
+    sms = run.worker.device.get("multiprocessors", suite.DEFAULT_SMS)
+    arch = run.worker.device.get("arch")
+    if candidate.origin == "baseline":
+        which, template = "baseline", folder.baseline
+    else:
+        which = "template"
+        try:
+            template = parse_candidate(kernel, candidate.source)
+        except TemplateError as exc:
+            return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
+        folder = dataclasses.replace(folder, template=template)
+    measurements, first = [], None
+    for shape in shapes:
+        label = folder.spec.label(shape)
+        config = candidate.configs.get(label) or template.default
+        req = suite.request(folder, which, shape, dtype, "default", config if which == "template" else None,
+                            sms=sms, arch=arch)
+        if isinstance(req, Exclusion):
+            measurements.append(ShapeMeasurement(label=label, status="excluded", config=config,
+                                                 message=f"the template excludes {config} here: {req.reason}"))
+            continue
+        req.check, req.time, req.stream_timing = check, time, False
+        result, _ = run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
+                        variant="default")
+        first = first or result
+        failed = "; ".join(c.detail for c in result.checks if not c.passed)
+        measurements.append(ShapeMeasurement(
+            label=label, status=result.status, config=config,
+            median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
+            fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
+            message=(failed or result.message)[:1500],
+        ))
+    update: dict = {"measurements": measurements}
+    if first is not None and first.kernel_info is not None:
+        update.update(registers=first.kernel_info.resources.registers, spills=first.kernel_info.resources.spills,
+                      occupancy_blocks_per_sm=first.occupancy_blocks_per_sm)
+    bad = next((m for m in measurements if m.status != "ok"), None)
+    if bad is None:
+        update["verdict"] = "passed"
+    else:
+        update["verdict"] = "compile_error" if bad.status in ("compile_error", "compile_timeout") else "incorrect"
+        update["message"] = f"at shape {bad.label} ({bad.config}): {bad.status}: {bad.message}"
+    return candidate.model_copy(update=update)

@@ -1,0 +1,42 @@
+"""The whole agent graph without a GPU, on real measurements: `astra optimize --replay` over the
+H200 recording of 2026-11-23 shipped with the package. The rule-based planner tunes the template, the
+profiler accepts the result, and the report carries the recorded times."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+
+from astra_kernels import cli
+from astra_kernels.kernels_sglang import suite
+
+SPEC = suite.load("rmsnorm").spec
+RECORDING = Path(__file__).resolve().parents[2] / "kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz"
+
+
+def _recorded_baselines(tmp_path) -> dict[str, float]:
+    copy = tmp_path / "recording.sqlite"
+    copy.write_bytes(gzip.decompress(RECORDING.read_bytes()))
+    with sqlite3.connect(copy) as db:
+        rows = db.execute("SELECT shape, median_us FROM results WHERE which = 'baseline' AND status = 'ok'")
+        return {SPEC.label(json.loads(shape)): us for shape, us in rows}
+
+
+def test_optimize_replays_the_recording_end_to_end(tmp_path):
+    out = tmp_path / "out"
+    code = cli.main(["optimize", "rmsnorm", "--replay", str(RECORDING), "--shapes", "128x4096,16384x8192",
+                     "--tune-seconds", "4", "--out", str(out)])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["best"]["origin"] == "tune" and report["geomean_speedup"] > 1.0
+    baselines = _recorded_baselines(tmp_path)
+    for row in report["shapes"]:
+        assert row["baseline_us"] == baselines[row["shape"]]  # the recording's own figure, not an estimate
+        assert row["best_us"] <= row["baseline_us"]
+
+
+def test_optimize_replay_of_a_missing_store_says_so(tmp_path, capsys):
+    assert cli.main(["optimize", "rmsnorm", "--replay", str(tmp_path / "none.sqlite"), "--out", str(tmp_path)]) == 2
+    assert "no results store at" in capsys.readouterr().out

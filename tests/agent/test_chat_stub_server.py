@@ -1,0 +1,72 @@
+"""The real langchain-openai client against a local OpenAI-compatible stub server on 127.0.0.1:
+structured output, a timeout, a 429 then success, a malformed answer then repair, and an
+endpoint that is down (a clear error before any GPU work)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from support.reliability_stub import FaultyEndpoint, Reply
+
+from astra_kernels.graph import RunContext, build_graph
+from astra_kernels.graph.state import Decision
+from astra_kernels.nodes.shared.chat import ModelConfigError, ask_structured, make_chat_model, preflight
+
+PLAN = {"action": "templatize", "rationale": "64% of copy bandwidth at 16 tokens", "optimizations": ["CTAs per row"]}
+
+
+@pytest.fixture
+def stub(request):
+    """The reliability suite's endpoint (tests/support/reliability_stub.py), answering from the test's script."""
+    with FaultyEndpoint(request.param) as server:
+        yield server
+
+
+def model_for(stub, **kw):
+    return make_chat_model(RunContext(model="openai:stub-model", base_url=stub.url, **kw))
+
+
+@pytest.mark.parametrize("stub", [[json.dumps(PLAN)]], indirect=True)
+def test_structured_output_through_the_real_client(stub):
+    decision = ask_structured(model_for(stub), "plan", "facts", Decision)
+    assert decision == Decision(**PLAN)
+    sent = stub.requests[0]
+    assert sent["model"] == "stub-model" and '"action"' in sent["messages"][0]["content"]  # the schema
+
+
+@pytest.mark.parametrize("stub", [[Reply("slow down", status=429), json.dumps(PLAN)]], indirect=True)
+def test_a_429_is_retried_with_backoff_then_succeeds(stub):
+    decision = ask_structured(model_for(stub, max_retries=2), "plan", "facts", Decision)
+    assert decision.action == "templatize" and len(stub.requests) == 2
+
+
+@pytest.mark.parametrize("stub", [["I think you should tune it.", json.dumps(PLAN)]], indirect=True)
+def test_a_malformed_answer_gets_one_repair_request(stub):
+    decision = ask_structured(model_for(stub), "plan", "facts", Decision)
+    assert decision.action == "templatize" and len(stub.requests) == 2
+    repair = stub.requests[1]["messages"]
+    assert repair[-2]["content"] == "I think you should tune it." and "could not be used" in repair[-1]["content"]
+
+
+@pytest.mark.parametrize("stub", [[Reply("late", delay=3.0)]], indirect=True)
+def test_a_timeout_is_a_clear_error(stub):
+    started = time.perf_counter()
+    with pytest.raises(ModelConfigError, match="did not answer.*Timeout"):
+        preflight(model_for(stub, timeout_s=0.5, max_retries=0),
+                  RunContext(model="openai:stub-model", base_url=stub.url))
+    assert time.perf_counter() - started < 2.5
+
+
+def test_an_endpoint_that_is_down_stops_the_graph_before_any_gpu_work(tmp_path):
+    class NoGPU:
+        device = {"name": "never", "arch": "sm_90"}
+
+        def evaluate(self, request):
+            raise AssertionError("no GPU work may start")
+
+    down = RunContext(model="openai:stub-model", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout_s=2,
+                      evaluator=NoGPU(), results=str(tmp_path / "r.sqlite"))
+    with pytest.raises(ModelConfigError, match="127.0.0.1:9.*did not answer"):
+        build_graph().compile().invoke({"kernel": "silu_and_mul"}, context=down)

@@ -1,0 +1,152 @@
+"""`astra bench` without a GPU: the goals it states, the report it writes, the tables it reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.jobs import benchmark
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.jobs.benchmark import BenchReport, BenchRow
+from astra_kernels.tools.toolchain.device import gpu_available
+
+
+def _row(kernel, label, baseline, tuned, floor=1.0, **extra):
+    spec = suite.load(kernel).spec
+    shape = spec.parse_shape(label)
+    return BenchRow(kernel=kernel, label=label, shape=shape, dtype="bf16", variant="default", bytes_moved=1,
+                    floor_us=floor, baseline_us=baseline, tuned_us=tuned, baseline_status="ok",
+                    tuned_status="ok" if tuned else "", **extra)
+
+
+def _report(rows):
+    return BenchReport(device="NVIDIA H200", arch="sm_90", date="2026-11-23", dtype="bf16",
+                       copy_bandwidth_gbs=4200.0, launch_floor_us=1.0, rows=rows)
+
+
+def test_goals_name_what_misses_them():
+    report = _report([
+        _row("silu_and_mul", "16x4096", 2.0, 1.0),           # astra shape, decode, 2x
+        _row("silu_and_mul", "64x8192", 4.0, 5.0),           # astra shape, slower than the baseline
+        _row("rmsnorm", "16384x8192", 190.0, 150.0, floor=128.0),   # large: 85% of copy bandwidth
+        _row("merge_attn_states", "8192x32x128", 51.0, 50.0, floor=48.0),  # large: 96%
+    ])
+    goals = "\n".join(report.goals())
+    assert "3 of 4 shapes" in goals and "silu_and_mul 64x8192 0.800x" in goals
+    assert "geometric-mean speedup 1.265x over 2 shapes" in goals  # sqrt(2 * 0.8); rmsnorm is not one of Astra's three
+    assert "1 of 2 shapes at >= 90%" in goals and "rmsnorm 16384x8192 85%" in goals
+    assert "decode shapes (<= 16 tokens): 1 of 1 within 1.3x" in goals
+
+
+def test_decode_goal_counts_against_the_launch_floor():
+    report = _report([_row("silu_and_mul", "1x14336", 3.0, 1.5)])
+    assert "0 of 1 within 1.3x" in report.goals()[-1] and "1.50x" in report.goals()[-1]
+
+
+def test_markdown_and_chart_show_every_row_and_what_was_not_measured():
+    rows = [_row("silu_and_mul", "16x4096", 2.0, 1.0, torch_compile_us=1.3, torch_compile_status="ok"),
+            _row("rmsnorm", "16x4096", 3.0, None, torch_compile_status="failed: no CUDA")]
+    rows[1].tuned_status = "excluded: no configuration runs here"
+    report = _report(rows)
+    report.commands = ["astra bench --kernels silu_and_mul,rmsnorm"]
+    text = benchmark.render_markdown(report)
+    assert "| silu_and_mul | 16x4096 | 2.00 | 1.00 | 2.000 |" in text
+    assert "rmsnorm 16x4096 tuned: excluded" in text and "torch.compile: failed: no CUDA" in text
+    assert "`astra bench --kernels silu_and_mul,rmsnorm`" in text
+    svg = benchmark.chart(report)
+    assert svg.startswith("<svg") and svg.count("<rect") >= 4 and "torch.compile" in svg
+
+
+def test_shipped_tables_are_per_gpu_kind():
+    table = benchmark.shipped_table("silu_and_mul", "NVIDIA H200")
+    assert table is not None and table.kernel == "silu_and_mul" and table.entries
+    assert benchmark.shipped_table("silu_and_mul", "NVIDIA A100-SXM4-80GB") is None
+    assert benchmark.shipped_table("topk_softmax", "NVIDIA H100 80GB HBM3") is None  # tuned on the H200 only
+
+
+def test_load_table_names_a_missing_file(tmp_path):
+    with pytest.raises(suite.AstraError, match="no dispatch table at"):
+        benchmark.load_table(tmp_path)
+    (tmp_path / "dispatch.json").write_text(
+        json.dumps({"kernel": "rmsnorm", "dtype": "bf16", "variant": "default", "entries": []}))
+    assert benchmark.load_table(tmp_path).kernel == "rmsnorm"
+
+
+def test_bench_shape_sets(capsys):
+    folder = suite.load("silu_and_mul")
+    args = cli.build_parser().parse_args(["bench", "--set", "astra,odd"])
+    labels = [folder.spec.label(s) for s in cli._bench_shapes(folder, args)]
+    assert labels[:5] == ["16x4096", "32x5120", "32x8192", "16x12288", "64x8192"] and "5x12" in labels
+    args = cli.build_parser().parse_args(["bench", "--set", "decode"])
+    assert [folder.spec.label(s) for s in cli._bench_shapes(folder, args)] == [
+        "16x4096", "16x12288", "1x14336", "1x28672", "16x14336", "16x28672"]
+    args = cli.build_parser().parse_args(["bench", "--set", "prefill"])
+    with pytest.raises(SystemExit, match="unknown shape set"):
+        cli._bench_shapes(folder, args)
+    # a kernel without an astra set simply has fewer shapes
+    args = cli.build_parser().parse_args(["bench", "--set", "astra"])
+    assert cli._bench_shapes(suite.load("topk_softmax"), args) == []
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the behaviour of a machine with no GPU")
+def test_bench_without_gpu_says_so(capsys):
+    assert cli.main(["bench", "--kernels", "silu_and_mul"]) == 2
+    assert "no GPU here" in capsys.readouterr().out
+
+
+def test_bench_refuses_shapes_for_several_kernels():
+    with pytest.raises(SystemExit, match="exactly one kernel"):
+        cli.main(["bench", "--kernels", "silu_and_mul,rmsnorm", "--shapes", "16x4096"])
+
+
+def test_goals_state_what_a_same_bytes_copy_would_give():
+    rows = [_row("silu_and_mul", "16x4096", 2.0, 1.6, copy_us=1.5), _row("silu_and_mul", "1x14336", 2.0, 1.7, copy_us=1.4)]
+    goals = "\n".join(_report(rows).goals())
+    assert "a plain copy of the same bytes would be 1.333x" in goals  # only 16x4096 is one of Astra's shapes
+    assert "a plain copy of the same bytes takes 1.40x to 1.50x of it" in goals
+
+
+def test_a_difference_within_the_timing_spread_is_not_slower():
+    tie = _row("silu_and_mul", "2048x14336", 43.84, 43.92, baseline_spread=0.004, tuned_spread=0.02)
+    slow = _row("silu_and_mul", "128x14336", 5.0, 5.2, baseline_spread=0.01, tuned_spread=0.01)
+    assert not tie.slower and slow.slower
+    line = _report([tie, slow]).goals()[0]
+    assert "1 of 2 shapes (slower: silu_and_mul 128x14336 0.962x)" in line
+    assert "1 within the timing spread of it (silu_and_mul 2048x14336 0.998x)" in line
+
+
+def test_reports_of_one_gpu_merge_and_render_without_one(tmp_path, capsys):
+    a = _report([_row("silu_and_mul", "16x4096", 2.0, 1.0)])
+    a.commands = ["astra bench --kernels silu_and_mul"]
+    b = _report([_row("rmsnorm", "16x4096", 3.0, 2.0)]).model_copy(update={"launch_floor_us": 0.8})
+    b.commands = ["astra bench --kernels rmsnorm"]
+    for name, report in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(report.model_dump_json())
+    assert cli.main(["bench", "--from", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "o")]) == 0
+    text = (tmp_path / "o" / "bench.md").read_text()
+    assert "`astra bench --kernels silu_and_mul`; `astra bench --kernels rmsnorm`" in text
+    assert "| silu_and_mul | 16x4096 |" in text and "| rmsnorm | 16x4096 |" in text
+    assert "launch floor (empty kernel, graph replay) 0.80 us" in text
+    other = _report([]).model_copy(update={"device": "NVIDIA H100 80GB HBM3"})
+    with pytest.raises(suite.AstraError, match="different GPUs"):
+        benchmark.merge([a, other])
+
+
+def test_pdl_columns_are_reported_apart_and_judged_against_the_plain_launch_floor():
+    rows = [_row("silu_and_mul", "16x4096", 2.0, 1.9, copy_us=1.8, baseline_pdl_us=1.6, tuned_pdl_us=1.2,
+                 copy_pdl_us=1.1, pdl_status="ok"),
+            _row("rmsnorm", "1x4096", 2.4, 2.2, baseline_pdl_us=1.9, tuned_pdl_us=1.4, pdl_status="ok"),
+            _row("rmsnorm", "128x4096", 3.0, 2.5)]
+    report = _report(rows)
+    report.launch_floor_pdl_us = 0.6
+    goals = report.goals()[-1]
+    assert goals.startswith("with PDL on") and "1 of 2 decode shapes within 1.3x" in goals
+    assert "(1.20x to 1.40x)" in goals and "empty kernel replays at 0.60 us" in goals
+    assert f"{(1.9 / 1.2 * 2.2 / 1.4) ** 0.5:.3f}x" in goals
+    assert report.rows[0].speedup == pytest.approx(2.0 / 1.9)  # PDL never enters the plain speedup
+    text = benchmark.render_markdown(report)
+    assert "## With programmatic dependent launch" in text
+    assert "| silu_and_mul | 16x4096 | 2.00 | 1.60 | 1.90 | 1.20 | 1.80 | 1.10 | 1.20x |" in text
+    assert "| rmsnorm | 128x4096 |" not in text.split("## With programmatic")[1].split("## Goals")[0]

@@ -1,0 +1,368 @@
+"""`astra export` without a GPU: the shipped H200 tables exported, the standalone .cu compiled by
+NVRTC (device part: every kernel byte for byte the machine code the tuner's own compile of that
+configuration gives) and by nvcc (host and device, when nvcc is installed), and its C++ pick run
+as a plain host program against dispatch.py's pick at the table's, the spec's and random shapes
+on two GPU sizes and two architectures. Bad sources and bad calls fail with errors that say why."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from astra_kernels.cli import main
+from astra_kernels.jobs.exporting import cuda_file as export, guide as export_guide
+from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels.runtime.dispatch import DispatchTable
+from astra_kernels.runtime.exported_kernel import load_callable
+from astra_kernels.tools.toolchain.compiler import compile_source
+from astra_kernels.tools.errors import LaunchArgumentError
+from astra_kernels.tools.toolchain.interop import TensorView
+
+NVCC = shutil.which("nvcc")
+KERNELS = ["rmsnorm", "silu_and_mul", "fused_add_rmsnorm", "merge_attn_states"]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("export")
+    folders = {}
+    for kernel in KERNELS:
+        folders[kernel] = root / kernel
+        export.export(export.resolve_source(None, "h200", kernel), folders[kernel],
+                      command=f"astra export --gpu-kind h200 --kernel {kernel}")
+    return folders
+
+
+def _manifest(folder: Path) -> dict:
+    return json.loads((folder / "export.json").read_text())
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_folder_holds_every_configuration_of_the_table(exported, kernel):
+    folder = exported[kernel]
+    manifest = _manifest(folder)
+    table = DispatchTable.model_validate_json((tuned_tables.TUNED_DIR / "h200" / f"{kernel}.json").read_text())
+    for name in (f"{kernel}.cu", f"{kernel}.h", f"{kernel}_launch.py", "README.md", "export.json", "dispatch.json"):
+        assert (folder / name).is_file(), name
+    binaries = manifest["binaries"]
+    configs = [(b["source"], b["config"]) for b in binaries]
+    for entry in table.entries:
+        wanted = ("baseline", {}) if entry.source == "baseline" else ("template", entry.config)
+        assert wanted in configs, f"{kernel} {entry.shape}: {wanted} has no kernel in the file"
+    if table.general is not None:  # a table rebuilt from a replay may have none
+        assert ("template", table.general) in configs
+    cu = (folder / f"{kernel}.cu").read_text()
+    entry_names = {"template": suite.load(kernel).template.kernel, "baseline": suite.load(kernel).baseline.kernel}
+    for b in binaries:  # each kernel is the source text renamed, with its own defines
+        assert f"#define {entry_names[b['source']]} {b['name']}\n" in cu, b["name"]
+        for name, value in {**b["config"], **b["derived"]}.items():
+            assert f"#define {name} {value}\n" in cu
+    head = cu[:cu.index("#define DTYPE")]
+    assert f"Source table:  kernels_sglang/tuned/h200/{kernel}.json" in head
+    assert "Tuned on:      NVIDIA H200" in head and "Exported:      20" in head
+    assert f"by `astra export --gpu-kind h200 --kernel {kernel}`" in head
+    assert "nvcc -arch=sm_90 -std=c++17 --use_fast_math" in head
+    assert f"cudaError_t {kernel}_launch(" in head
+    readme = (folder / "README.md").read_text()
+    swap = export_guide.swap_in(kernel, "default")
+    assert f"sgl_kernel.{swap.op} = {swap.op}" in readme and "nvcc -arch=sm_90" in readme
+
+
+def _text_sections(cubin: bytes) -> dict[str, bytes]:
+    """The ELF sections of a cubin by name (a kernel's machine code is `.text.<kernel>`)."""
+    offset, = struct.unpack_from("<Q", cubin, 0x28)
+    size, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, offset + i * size) for i in range(count)]
+    table = headers[names][4]
+
+    def name(at: int) -> str:
+        return cubin[table + at:cubin.index(b"\0", table + at)].decode()
+
+    return {name(h[0]): cubin[h[4]:h[4] + h[5]] for h in headers}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_device_part_compiles_to_the_tuners_machine_code(exported, kernel):
+    """NVRTC compiles the file's device part (the host part hidden by __CUDACC_RTC__) with each
+    group's flags, and each kernel's code equals the tuner's compile of its configuration."""
+    _assert_tuners_machine_code(exported[kernel])
+
+
+def _assert_tuners_machine_code(folder: Path) -> None:
+    kernel_export = load_callable(folder)
+    modules = kernel_export.compile("sm_90")
+    names = set().union(*(m.kernels for m in modules))
+    binaries = kernel_export.manifest["binaries"]
+    assert names == {b["name"] for b in binaries}
+    code = {}
+    for module in modules:
+        code.update(_text_sections(module.cubin))
+    folder = kernel_export.kernel_folder
+    for b in binaries:
+        request = suite.request(folder, b["source"], folder.spec.parse_shape(b["at"]), kernel_export.dtype,
+                                kernel_export.table.variant, b["config"] or None)
+        tuned = _text_sections(compile_source(request.source, request.options).cubin)[f".text.{request.kernel}"]
+        assert code[f".text.{b['name']}"] == tuned, f"{b['name']} differs from the tuner's binary at {b['at']}"
+
+
+PICK_MAIN = r"""
+#include <cstdio>
+#include "KERNEL.h"
+int main() {
+    long long shape[SYMBOLS];
+    int sms, sm;
+    while (scanf("%d %d", &sms, &sm) == 2) {
+        for (int s = 0; s < SYMBOLS; ++s) scanf("%lld", &shape[s]);
+        KERNEL_plan plan;
+        if (KERNEL_pick(shape, sms, sm, &plan) != 0) { printf("error\t%s\n", plan.error); continue; }
+        printf("%s\t%s\t%u,%u,%u\t%u,%u,%u\t%llu\t", plan.kernel ? plan.kernel : "-", plan.picked_by,
+               plan.grid[0], plan.grid[1], plan.grid[2], plan.block[0], plan.block[1], plan.block[2], plan.shared_bytes);
+        for (int p = 0; p < PARAMS; ++p) printf("%lld,", plan.source == 0 ? plan.config[p] : -1LL);
+        printf("\n");
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def built(exported, tmp_path_factory) -> dict[str, Path]:
+    """Each .cu built by nvcc as its header says (host and device), and a host program around its pick."""
+    if NVCC is None:
+        pytest.skip("nvcc is not installed here: the whole-file build and the C++ pick are not checked")
+    root = tmp_path_factory.mktemp("nvcc")
+    programs = {}
+    for kernel, folder in exported.items():
+        manifest = _manifest(folder)
+        objects = []
+        for args, name in export.object_builds(kernel, [export.Group(**g) for g in manifest["groups"]], "sm_90"):
+            build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
+            assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
+            objects.append(str(folder / name))
+        main_cu = root / f"{kernel}_pick.cu"
+        params = len(suite.load(kernel).template.names)
+        main_cu.write_text(PICK_MAIN.replace("KERNEL", kernel).replace("SYMBOLS", str(len(suite.load(kernel).spec.symbols)))
+                           .replace("PARAMS", str(params)))
+        program = root / f"{kernel}_pick"
+        link = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", f"-I{folder}", str(main_cu), *objects, "-o", str(program)],
+                              capture_output=True, text=True, timeout=600)
+        assert link.returncode == 0, f"linking the pick program of {kernel}:\n{link.stderr[-3000:]}"
+        programs[kernel] = program
+    return programs
+
+
+def _queries(kernel: str, count: int = 60, seed: int = 11) -> list[tuple[int, int, dict]]:
+    """The table's and the spec's shapes, and random ones (odd sizes among them), at two GPU sizes
+    and on sm_90 and sm_80 (where cluster configurations are excluded, so picks move)."""
+    spec = suite.load(kernel).spec
+    shapes = export.covered_shapes(
+        DispatchTable.model_validate_json((tuned_tables.TUNED_DIR / "h200" / f"{kernel}.json").read_text()), suite.load(kernel))
+    rng = random.Random(seed)
+    for _ in range(count):
+        shape = {}
+        for symbol in spec.symbols:
+            typical = sorted({s[symbol] for s in spec.all_shapes()})
+            base = rng.choice(typical)
+            shape[symbol] = max(1, rng.choice([base, base + rng.randint(-3, 3), int(base * rng.uniform(0.3, 3))]))
+        shapes.append(shape)
+    return [(sms, sm, shape) for shape in shapes for sms, sm in ((132, 90), (114, 90), (132, 80)) if rng.random() < 0.5
+            or (sms, sm) == (132, 90)]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_cpp_pick_is_dispatch_py_pick(exported, built, kernel):
+    kernel_export = load_callable(exported[kernel])
+    spec = kernel_export.spec
+    names = kernel_export.kernel_folder.template.names
+    queries = _queries(kernel)
+    text = "".join(f"{sms} {sm} {' '.join(str(shape[s]) for s in spec.symbols)}\n" for sms, sm, shape in queries)
+    run = subprocess.run([str(built[kernel])], input=text, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == len(queries)
+    missing = 0
+    for (sms, sm, shape), line in zip(queries, lines):
+        where = f"{kernel} {spec.label(shape)} sms={sms} sm_{sm}"
+        try:
+            plan = kernel_export.plan(shape, sms, f"sm_{sm}")
+        except suite.AstraError as exc:
+            assert line.startswith("error"), f"{where}: Python says {exc}, C++ says {line}"
+            continue
+        assert not line.startswith("error"), f"{where}: C++ says {line}, Python picks {plan}"
+        name, picked_by, grid, block, shared, config = line.split("\t")
+        assert picked_by == plan.picked_by, where
+        assert name == (plan.kernel or "-"), f"{where}: C++ launches {name}, Python {plan.kernel}"
+        assert grid == ",".join(str(d) for d in (*plan.grid, 1, 1)[:3]), where
+        assert block == ",".join(str(d) for d in (*plan.block, 1, 1)[:3]), where
+        assert int(shared) == plan.shared_bytes, where
+        if plan.source == "template":
+            assert config == "".join(f"{plan.config[n]}," for n in names), where
+        missing += plan.kernel is None
+    assert missing < len(queries)  # most random shapes find their kernel in the file
+
+
+def test_cpp_launch_without_a_kernel_for_the_pick_says_which_shape(exported, built):
+    """merge_attn_states derives defines from D: a D the export never covered has no binary, and
+    the C pick says so (launch returns cudaErrorNotSupported with that message)."""
+    kernel_export = load_callable(exported["merge_attn_states"])
+    shape = {"N": 64, "HD": 8, "D": 88}
+    assert kernel_export.plan(shape).kernel is None
+    run = subprocess.run([str(built["merge_attn_states"])], input="132 90 64 8 88\n", capture_output=True,
+                         text=True, timeout=60)
+    assert run.stdout.startswith("-\t"), run.stdout
+
+
+def test_exports_from_a_tuning_folder_and_with_extra_shapes(tmp_path):
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    shutil.copy(tuned_tables.TUNED_DIR / "h200" / "merge_attn_states.json", tuned / "dispatch.json")
+    (tuned / "report.json").write_text(json.dumps({"device": "NVIDIA H200", "arch": "sm_90", "date": "2026-11-23"}))
+    source = export.resolve_source(tuned)
+    assert source.device == "NVIDIA H200 (sm_90)" and source.tuned_date == "2026-11-23"
+    result = export.export(source, tmp_path / "out", shapes=[{"N": 64, "HD": 8, "D": 88}])
+    kernel_export = load_callable(tmp_path / "out")
+    assert kernel_export.plan({"N": 64, "HD": 8, "D": 88}).kernel in {b.name for b in result.binaries}
+    assert "Tuned on:      NVIDIA H200 (sm_90), 2026-11-23" in (tmp_path / "out" / "merge_attn_states.cu").read_text()
+
+
+def test_kernels_needing_different_flags_build_per_group(tmp_path):
+    """A table whose configurations differ in fast math: one flag group each, compiled apart by
+    NVRTC to the tuner's code, and by nvcc into objects that link with every kernel resolved."""
+    table = json.loads((tuned_tables.TUNED_DIR / "h200" / "silu_and_mul.json").read_text())
+    table["entries"][1]["config"]["FAST_MATH"] = 0
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    result = export.export(export.resolve_source(tmp_path / "dispatch.json"), tmp_path / "out")
+    # the template with and without fast math, and the baseline (at the shapes the table keeps it) with its register cap
+    assert {(g.fast_math, g.max_registers) for g in result.groups} == {(True, 0), (False, 0), (True, 128)}
+    _assert_tuners_machine_code(tmp_path / "out")
+    assert load_callable(tmp_path / "out").plan({"T": 32, "D": 5120}).kernel in \
+        {b.name for b in result.binaries if not b.fast_math}
+    if NVCC is None:
+        pytest.skip("nvcc is not installed here: the per-group build is not checked")
+    objects = []
+    for args, name in export.object_builds("silu_and_mul", result.groups, "sm_90"):
+        build = subprocess.run([NVCC, *args], cwd=tmp_path / "out", capture_output=True, text=True, timeout=600)
+        assert build.returncode == 0, build.stderr[-3000:]
+        objects.append(tmp_path / "out" / name)
+    assert len(objects) == 3 and f"nvcc {' '.join(args)}" in (tmp_path / "out" / "silu_and_mul.cu").read_text()
+    library = tmp_path / "libsilu_and_mul.so"
+    link = subprocess.run([NVCC, "-shared", *map(str, objects), "-o", str(library)], capture_output=True, text=True,
+                          timeout=600)
+    assert link.returncode == 0, link.stderr[-3000:]
+    if shutil.which("nm"):
+        undefined = subprocess.run(["nm", "-u", str(library)], capture_output=True, text=True).stdout
+        assert "silu_and_mul_" not in undefined, undefined
+
+
+def test_bad_sources_say_what_is_wrong(tmp_path, monkeypatch):
+    with pytest.raises(suite.UnknownKernelError, match="unknown kernel 'nosuch'"):
+        export.resolve_source(None, "h200", "nosuch")
+    with pytest.raises(export.ExportError, match="no tables are shipped for GPU kind 'a100'"):
+        export.resolve_source(None, "a100", "rmsnorm")
+    with pytest.raises(export.ExportError, match="no h200 table is shipped for topk_softmax"):
+        shipped = tmp_path / "shipped"
+        (shipped / "h200").mkdir(parents=True)
+        (shipped / "h200" / "rmsnorm.json").write_text((tuned_tables.TUNED_DIR / "h200" / "rmsnorm.json").read_text())
+        monkeypatch.setattr(tuned_tables, "TUNED_DIR", shipped)
+        export.resolve_source(None, "h200", "topk_softmax")
+    monkeypatch.undo()
+    with pytest.raises(export.ExportError, match="has no dispatch.json"):
+        export.resolve_source(tmp_path)
+    with pytest.raises(export.ExportError, match="does not exist"):
+        export.resolve_source(tmp_path / "missing")
+    with pytest.raises(export.ExportError, match="--gpu-kind with --kernel"):
+        export.resolve_source(None, "h200", None)
+    (tmp_path / "dispatch.json").write_text("{}")
+    with pytest.raises(export.ExportError, match="holds no dispatch table"):
+        export.resolve_source(tmp_path)
+    table = json.loads((tuned_tables.TUNED_DIR / "h200" / "rmsnorm.json").read_text())
+    table["entries"][0]["config"]["ROW_THREADS"] = 48
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    with pytest.raises(export.ExportError, match="ROW_THREADS=48 is not among the template's values"):
+        export.export(export.resolve_source(tmp_path), tmp_path / "out")
+    with pytest.raises(export.ExportError, match="a table of rmsnorm, not silu_and_mul"):
+        export.resolve_source(tmp_path, kernel="silu_and_mul")
+
+
+def test_cli_export(tmp_path, capsys):
+    assert main(["export", "--gpu-kind", "h200", "--kernel", "silu_and_mul", "--out", str(tmp_path / "s"),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["kernels"]) == {b["name"] for b in _manifest(tmp_path / "s")["binaries"]}
+    cu = (tmp_path / "s" / "silu_and_mul.cu").read_text()
+    assert f"by `astra export --gpu-kind h200 --kernel silu_and_mul --out {tmp_path / 's'} --json`" in cu
+    assert main(["export", str(tmp_path / "nothing-here")]) == 1
+    assert "nothing-here does not exist" in " ".join(capsys.readouterr().out.split())
+
+
+def _view(shape, dtype="bf16", ptr=1 << 20, strides=None, readonly=False):
+    if strides is None:
+        strides, step = [], 1
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    return TensorView(ptr, tuple(shape), tuple(strides), dtype, "cuda", 0, readonly)
+
+
+def test_callable_checks_each_argument(exported):
+    """The checks run before any GPU work, so they are exercised here on described tensors."""
+    rms = load_callable(exported["rmsnorm"])
+    x, w, out = _view((4, 4096)), _view((4096,)), _view((4, 4096))
+    assert rms._shape([x, w, out]) == {"T": 4, "H": 4096}
+    cases = [
+        ([_view((4, 4096), "fp16"), w, out], "argument x is fp16; this export takes bf16"),
+        ([x, _view((4095,)), out], "argument w: H = 4095 here, but 4096 in an earlier argument"),
+        ([x, w, _view((4, 4096), strides=(1, 4))], "argument out is not contiguous"),
+        ([x, _view((4096,), ptr=(1 << 20) + 2), out], "not 16-byte aligned"),
+        ([x, w, _view((4, 4096), readonly=True)], "argument out is read-only"),
+        ([_view((4, 4096, 1)), w, out], "argument x has 3 dimensions; it takes 2"),
+        ([x, w, _view((5, 4096))], "T = 5 here, but 4 in an earlier argument"),
+    ]
+    for views, message in cases:
+        with pytest.raises(LaunchArgumentError, match=message):
+            rms._shape(views)
+    assert rms._scalars({"T": 4, "H": 4096}, {"eps": 1e-5}) == {"eps": np.float32(1e-5), "tokens": 4, "hidden": 4096}
+    with pytest.raises(LaunchArgumentError, match="needs eps="):
+        rms._scalars({"T": 4, "H": 4096}, {})
+    with pytest.raises(LaunchArgumentError, match="has no scalar epsilon"):
+        rms._scalars({"T": 4, "H": 4096}, {"epsilon": 1e-6})
+    with pytest.raises(LaunchArgumentError, match="tokens=3, but the tensors say 4"):
+        rms._scalars({"T": 4, "H": 4096}, {"eps": 1e-6, "tokens": 3})
+    with pytest.raises(LaunchArgumentError, match="takes 3 tensors"):
+        rms(object(), object())
+    silu = load_callable(exported["silu_and_mul"])
+    assert silu._shape([_view((3, 2000)), _view((3, 1000))]) == {"T": 3, "D": 1000}
+    with pytest.raises(LaunchArgumentError, match=r"argument x has shape \(3, 2001\)"):
+        silu._shape([_view((3, 2001)), _view((3, 1000))])
+    with pytest.raises(export.ExportError, match="no export.json"):
+        load_callable(exported["rmsnorm"].parent)
+
+
+def test_callable_refuses_cpu_tensors(exported):
+    torch = pytest.importorskip("torch")
+    x = torch.zeros(4, 4096, dtype=torch.bfloat16)
+    with pytest.raises(LaunchArgumentError, match="argument x is on cpu; the kernel needs CUDA tensors"):
+        load_callable(exported["rmsnorm"])(x, x[0], x, eps=1e-6)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_guide_wrapper_falls_back_to_sgl_kernel_outside_the_export(kernel):
+    """The README's drop-in hands what the export does not cover (another dtype) to the original op."""
+    torch = pytest.importorskip("torch")
+    swap = export_guide.swap_in(kernel, "default")
+    calls = []
+    namespace = {"torch": torch, "_tuned": lambda *a, **k: calls.append("tuned"),
+                 "_original": lambda *a, **k: calls.append("original") or "from sgl_kernel"}
+    exec(swap.wrapper.replace("{torch_dtype}", "torch.bfloat16"), namespace)
+    wrapper = namespace[swap.op]
+    x = torch.zeros(4, 64, dtype=torch.float16)
+    args = {"rmsnorm": (x, x[0], 1e-6), "fused_add_rmsnorm": (x, x.clone(), x[0], 1e-6), "silu_and_mul": (x,),
+            "merge_attn_states": (x.view(4, 2, 32), torch.zeros(4, 2), x.view(4, 2, 32), torch.zeros(4, 2))}[kernel]
+    assert wrapper(*args) == "from sgl_kernel" and calls == ["original"]

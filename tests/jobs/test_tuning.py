@@ -1,0 +1,193 @@
+"""`astra tune`'s orchestration with a scripted GPU: pruning, search per shape, the general
+configuration, the dispatch table, the output folder, and a re-run that measures nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from xml.etree import ElementTree
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.jobs import tuning
+from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.errors import NoGpuError
+from astra_kernels.tools.measuring.evaluation import EvaluationResult
+from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import Budget, StoredEvaluator
+
+from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker
+
+
+def run(store, worker, **kw):
+    return tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
+                       sample=40, seed=2, **kw)
+
+
+def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
+    worker = ScriptedWorker()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, strategy="exhaustive")
+    assert [s.label for s in report.shapes] == ["16x4096", "64x8192"]
+    for s in report.shapes:
+        assert s.space_total == 40 and s.space_candidates == len(s.search.trials) > 0
+        assert s.search.best_config["VEC"] == 8
+        assert s.speedup and s.speedup > 0
+    assert report.general is not None and set(report.general_us) == {"16x4096", "64x8192"}
+    config, why, source = report.dispatch.pick({"T": 16, "D": 4096})
+    assert config == report.shapes[0].search.best_config and why == "tuned" and source == "template"
+    config, why, _ = report.dispatch.pick({"T": 5, "D": 1002})  # D = 2 mod 8: VEC=8 cannot run there
+    assert config["VEC"] <= 2 and "VEC" in config
+    written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    assert all(p.exists() for p in written)
+    best = json.loads((tmp_path / "out" / "best.json").read_text())
+    assert best["per_shape"]["16x4096"]["config"]["VEC"] == 8
+    assert "| 16x4096 | 40 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+class TimedBaseline(ScriptedWorker):
+    """The baseline takes `us` (at the shapes whose label contains `where`, or everywhere)."""
+
+    def __init__(self, us: float, where: str = ""):
+        super().__init__()
+        self.us, self.where = us, where
+
+    def evaluate(self, request):
+        result = super().evaluate(request)
+        if request.label.endswith("baseline") and self.where in request.label:
+            result.timing = result.timing.model_copy(update={"median_us": self.us})
+        return result
+
+
+def test_the_table_keeps_the_baseline_where_nothing_beat_it(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, TimedBaseline(0.1, "64x8192"), strategy="exhaustive")
+    at64 = report.shapes[1]
+    assert at64.dispatch_from == "baseline" and at64.dispatch_us == 0.1
+    assert report.dispatch.pick({"T": 64, "D": 8192}) == ({}, "tuned: the baseline", "baseline")
+    assert report.dispatch.pick({"T": 128, "D": 8192}).source == "baseline"  # nearest tuned shape is 64x8192
+    assert report.dispatch.pick({"T": 16, "D": 4096}).source == "template"
+    assert "| 0.10 (baseline) |" in tuning.render_markdown(report)
+
+
+def test_each_entry_is_the_fastest_measured_at_its_shape(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, TimedBaseline(100.0), strategy="exhaustive")
+    shape = report.shapes[0]
+    own, faster = shape.search.best_config, {**shape.search.best_config, "UNROLL": 4}
+    entry = tuning._entry(shape, [])
+    assert entry.config == own and shape.dispatch_from == "search" and entry.source == "template"
+    # a winner of another shape measured faster here (a search starved of time at a large shape)
+    entry = tuning._entry(shape, [(shape.search.best_us / 2, faster, "64x8192")])
+    assert entry.config == faster and shape.dispatch_from == "the winner at 64x8192"
+    assert entry.median_us == shape.dispatch_us == shape.search.best_us / 2
+    # nothing measured beats the baseline
+    slow = shape.model_copy(update={"baseline_us": shape.search.best_us / 4})
+    entry = tuning._entry(slow, [(shape.search.best_us / 2, faster, "64x8192")])
+    assert entry.source == "baseline" and entry.config == {} and slow.dispatch_from == "baseline"
+    # a win inside the run-to-run spread keeps the baseline; one past it takes the template
+    near = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + tuning.BASELINE_MARGIN / 2)})
+    assert tuning._entry(near, []).source == "baseline"
+    clear = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + 2 * tuning.BASELINE_MARGIN)})
+    assert tuning._entry(clear, []).config == own
+
+
+def test_the_winners_cross_measurement_stops_at_its_deadline(tmp_path, monkeypatch):
+    """Under a time budget the general phase gets the searches' total time; where it runs out the
+    report says so, the general configuration is the best winner measured everywhere, and a re-run
+    on the same store (every result stored) completes it without measuring anything."""
+    clock = [0.0]
+    monkeypatch.setattr(tuning, "_clock", lambda: clock[0])
+
+    class Slow(ScriptedWorker):
+        def evaluate(self, request):  # every measurement takes 1 s of the patched clock
+            clock[0] += 1.0
+            return super().evaluate(request)
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        worker = Slow()
+        report = run(store, worker, strategy="random", budget=Budget(evaluations=4, seconds=0.25, at_least=4))
+        assert report.general_cut and "winners measured at every shape" in report.general_cut
+        assert "Note: the winners' cross-measurement ran out of time" in tuning.render_markdown(report)
+        again = Slow()
+        resumed = run(store, again, strategy="random", budget=Budget(evaluations=4))
+    assert again.calls == 0
+    assert resumed.general_cut is None and resumed.general is not None
+    assert set(resumed.general_us) == {"16x4096", "64x8192"}
+
+
+def test_rerun_measures_nothing_and_budget_limits_each_shape(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        first = ScriptedWorker()
+        run(store, first, strategy="random", budget=Budget(evaluations=5))
+        again = ScriptedWorker()
+        report = run(store, again, strategy="random", budget=Budget(evaluations=5))
+    assert again.calls == 0
+    assert all(len(s.search.trials) == 5 and s.search.stopped_by == "evaluations" for s in report.shapes)
+
+
+def test_auto_search_in_rounds_with_verification_and_charts(tmp_path):
+    worker = ScriptedWorker()
+    odd = FOLDER.spec.shapes["odd"]
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, budget=Budget(evaluations=12), verify=odd)
+    for s in report.shapes:
+        assert s.search.strategy == "tpe" and len(s.search.trials) == 12
+        assert len(s.search.rounds) >= 3 and all(r.reasons for r in s.search.rounds[1:])
+    assert [v.label for v in report.verified] == [FOLDER.spec.label(shape) for shape in odd]
+    assert not report.verification_failures
+    assert all(v.median_us and v.baseline_us for v in report.verified)
+    written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## What the planner did between rounds" in text and "round 2 (" in text
+    assert f"{len(odd)} of {len(odd)} shapes correct" in text
+    for svg in [p for p in written if p.suffix == ".svg"]:
+        root = ElementTree.parse(svg).getroot()
+        assert root.tag.endswith("svg") and len(list(root.iter("{http://www.w3.org/2000/svg}text"))) > 5
+
+
+def test_a_failing_pick_is_reported_and_fails_the_command(tmp_path):
+    class BrokenAtOddWidths(ScriptedWorker):
+        def evaluate(self, request):
+            result = super().evaluate(request)
+            if "1002" in request.problem.label and "CHUNKS" in request.options.defines:
+                return EvaluationResult(status="incorrect", message="out: 3 of 5010 elements differ")
+            return result
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, BrokenAtOddWidths(), strategy="exhaustive", verify=[{"T": 3, "D": 1002}])
+    assert [v.status for v in report.verification_failures] == ["incorrect"]
+    assert "1 of 1" not in tuning.render_markdown(report) and "0 of 1 shapes correct" in tuning.render_markdown(report)
+
+
+def test_generated_launcher_carries_the_dispatch_table(tmp_path):
+    worker = ScriptedWorker()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, strategy="exhaustive")
+    tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    spec = importlib.util.spec_from_file_location("launcher", tmp_path / "out" / "launcher.py")
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    assert launcher.TABLE == report.dispatch
+    if not gpu_available():
+        with pytest.raises(NoGpuError):
+            launcher.load()
+
+
+@pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
+def test_tune_without_gpu_says_what_can_run(capsys):
+    assert cli.main(["tune", "silu_and_mul"]) == 2
+    out = capsys.readouterr().out
+    assert "no GPU here" in out and "astra space" in out
+
+
+@pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
+def test_verify_needs_a_tuned_folder_and_a_gpu(tmp_path, capsys):
+    assert cli.main(["verify", str(tmp_path)]) == 2
+    assert "verify takes the --out folder" in capsys.readouterr().out
+    worker = ScriptedWorker()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        tuning.write_outputs(FOLDER, run(store, worker, strategy="exhaustive"), tmp_path / "out")
+    assert cli.main(["verify", str(tmp_path / "out")]) == 2
+    assert "no GPU here" in capsys.readouterr().out

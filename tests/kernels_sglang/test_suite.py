@@ -1,0 +1,69 @@
+"""Every kernel of the suite, without a GPU: specs, geometry at every shape, and CI's compile of
+every baseline binary and a seeded sample of 200 template configurations for sm_90 and sm_80."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.toolchain.compiler import compile_many
+from astra_kernels.tools.templating.template import Exclusion
+
+KERNELS = suite.names()
+
+
+def test_suite_is_listed():
+    assert "silu_and_mul" in KERNELS
+
+
+def test_unknown_kernel_is_a_clear_error():
+    with pytest.raises(suite.UnknownKernelError, match="silu_and_mul"):
+        suite.load("silu_and_mull")
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_baseline_runs_at_every_shape_dtype_and_variant(name):
+    folder = suite.load(name)
+    spec = folder.spec
+    for shape in spec.all_shapes():
+        for dtype in spec.dtypes:
+            for variant in spec.variants:
+                req = suite.request(folder, "baseline", shape, dtype, variant)
+                assert not isinstance(req, Exclusion), f"{name} baseline excluded at {shape}: {req}"
+                assert req.problem.bytes_moved > 0
+                threads = req.launch.threads
+                assert 1 <= threads <= 1024, f"{name} {shape}: {threads} threads"
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_default_template_runs_at_every_astra_and_serving_shape(name):
+    folder = suite.load(name)
+    spec = folder.spec
+    dtype = "bf16" if "bf16" in spec.dtypes else spec.dtypes[0]
+    for set_name in ("astra", "serving"):
+        for shape in spec.shapes.get(set_name, []):
+            req = suite.request(folder, "template", shape, dtype)
+            assert not isinstance(req, Exclusion), f"{name} default excluded at {shape}: {req}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+@pytest.mark.parametrize("which", ["baseline", "template"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_every_binary_compiles(name, which, arch, record_property):
+    folder = suite.load(name)
+    targets, exclusions = suite.compile_targets(folder, which, arch, sample=200)
+    source = folder.source_of(which).source
+    outcomes = compile_many([(source, t.options) for t in targets])
+    failures = [(t, o.error) for t, o in zip(targets, outcomes) if o.module is None]
+    assert not failures, f"{len(failures)} of {len(targets)} failed; first: {failures[0][0]}\n{failures[0][1]}"
+    if which == "template":
+        configs = {t.config for t in targets}
+        assert len(configs) >= min(200, folder.template.size() - len(exclusions)), len(configs)
+    kernel = folder.source_of(which).kernel
+    resources = [o.module.kernel(kernel).resources for o in outcomes]
+    record_property("binaries", len(resources))
+    record_property("max_registers", max(r.registers for r in resources))
+    record_property("spilling", sum(r.spills for r in resources))
+    if which == "baseline":
+        assert not any(r.spills for r in resources), f"{name} baseline spills"

@@ -1,0 +1,130 @@
+import ml_dtypes
+import numpy as np
+import pytest
+
+from astra_kernels.tools.measuring.correctness import POISON_BYTE, compare, outputs_differ, unchanged
+from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES, Tolerance
+from astra_kernels.tools.toolchain.timing import rotation_count
+
+BF16 = DEFAULT_TOLERANCES["bf16"]
+
+
+def bf16(values):
+    return np.asarray(values, dtype=np.float64).astype(ml_dtypes.bfloat16)
+
+
+def test_rounded_reference_passes():
+    ref = np.random.default_rng(0).standard_normal((64, 128))
+    check = compare("y", bf16(ref), ref, BF16)
+    assert check.passed, check.detail
+    assert 0 < check.norm_error < 5e-3
+
+
+def test_one_wrong_element_fails_and_is_located():
+    ref = np.random.default_rng(1).standard_normal((8, 16))
+    out = bf16(ref)
+    out[3, 5] = bf16(ref[3, 5] + 1.0)
+    check = compare("y", out, ref, BF16)
+    assert not check.passed
+    assert "(3, 5)" in check.detail and "1 of 128" in check.detail
+
+
+def test_poisoned_unwritten_elements_fail_as_nan():
+    ref = np.random.default_rng(2).standard_normal(100)
+    out = bf16(ref)
+    raw = out.view(np.uint8)
+    raw[20:40] = POISON_BYTE  # elements 10..19 never written
+    check = compare("y", out, ref, BF16)
+    assert not check.passed and "NaN" in check.detail and "(10,)" in check.detail
+    for name in ("fp32", "fp16", "bf16", "fp8_e4m3"):
+        from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+        poisoned = np.full(4, POISON_BYTE, np.uint8).view(numpy_dtype(name))
+        assert np.isnan(poisoned.astype(np.float64)).all(), name
+
+
+def test_nan_in_reference_must_be_matched_and_inf_exactly():
+    ref = np.array([np.nan, np.inf, -np.inf, 1.0])
+    assert compare("y", ref.astype(np.float32), ref, DEFAULT_TOLERANCES["fp32"]).passed
+    wrong = np.array([np.nan, 1e30, -np.inf, 1.0], np.float32)
+    assert not compare("y", wrong, ref, DEFAULT_TOLERANCES["fp32"]).passed
+
+
+def test_norm_bound_catches_a_uniform_bias():
+    ref = np.random.default_rng(3).standard_normal(4096)
+    tol = Tolerance(rtol=0.1, atol=0.1, max_norm_error=1e-3)
+    check = compare("y", (ref + 0.05).astype(np.float32), ref, tol)
+    assert not check.passed and "norm" in check.detail
+
+
+@pytest.mark.parametrize("case", ["pass", "bad nan", "inf mismatch", "non-finite", "tolerance", "norm"])
+def test_a_comparison_in_pieces_names_what_one_pass_would(monkeypatch, case):
+    """Large outputs are compared in pieces on threads; counts, first and worst positions and
+    norms must come out as if the array had been one piece, whichever pieces hold the faults."""
+    from astra_kernels.tools.measuring import correctness
+
+    rng = np.random.default_rng(4)
+    ref = rng.standard_normal((37, 29))
+    ref[2, 3], ref[30, 1] = np.nan, np.inf
+    out = ref.astype(np.float32)
+    if case == "bad nan":
+        out[5, 7] = out[33, 2] = np.nan
+    elif case == "inf mismatch":
+        out[30, 1] = 1.0
+    elif case == "non-finite":
+        out[20, 20] = np.inf
+    elif case == "tolerance":
+        out[4, 4] += 0.5
+        out[36, 28] += 2.0
+    elif case == "norm":
+        out += 2e-5
+    tol = Tolerance(rtol=1e-4, atol=1e-4, max_norm_error=1e-5)
+    monkeypatch.setattr(correctness, "_PIECE", 1 << 30)
+    whole = compare("y", out, ref, tol)
+    monkeypatch.setattr(correctness, "_PIECE", 7)
+    pieces = compare("y", out, ref, tol)
+    assert whole.passed == (case == "pass")
+    assert pieces.passed == whole.passed and pieces.max_abs_error == whole.max_abs_error
+    assert pieces.detail.split("relative norm error")[0] == whole.detail.split("relative norm error")[0]
+    if whole.norm_error is not None:
+        assert pieces.norm_error == pytest.approx(whole.norm_error, rel=1e-12)
+
+
+def test_integers_compare_exactly():
+    ref = np.arange(10, dtype=np.int32)
+    assert compare("i", ref.copy(), ref, DEFAULT_TOLERANCES["fp32"]).passed
+    off = ref.copy()
+    off[7] = 8
+    check = compare("i", off, ref, DEFAULT_TOLERANCES["fp32"])
+    assert not check.passed and "(7,)" in check.detail
+
+
+def test_unchanged_and_fresh_outputs():
+    a = np.arange(6, dtype=np.float32)
+    assert unchanged("x", a, a.copy()).passed
+    b = a.copy()
+    b[0] = 9
+    assert not unchanged("x", a, b).passed
+    exp1, exp2 = {"y": a}, {"y": a + 1}
+    assert outputs_differ({"y": a}, {"y": a + 1}, exp1, exp2).passed
+    assert not outputs_differ({"y": a}, {"y": a.copy()}, exp1, exp2).passed
+    assert outputs_differ({"y": a}, {"y": a.copy()}, exp1, {"y": a}).passed  # same reference: fine
+
+
+@pytest.mark.parametrize("set_bytes,expected", [(1 << 30, 2), (1 << 20, 256), (1, 4096), (100 << 20, 3)])
+def test_rotation_keeps_l2_cold(set_bytes, expected):
+    assert rotation_count(set_bytes) == expected
+
+
+def test_worker_keeps_the_last_two_draws():
+    """Candidates of one search share their seeded draws; the worker computes each once."""
+    from astra_kernels.tools.measuring import evaluation, probes
+
+    problem = probes.copy_request(1 << 12).problem
+    a1 = evaluation.seeded_case(problem, 1)
+    assert evaluation.seeded_case(problem, 1) is a1
+    b = evaluation.seeded_case(problem, 2)
+    assert b is not a1 and b.inputs["src"].tobytes() != a1.inputs["src"].tobytes()
+    other = probes.copy_request(1 << 13).problem
+    evaluation.seeded_case(other, 1)
+    assert evaluation.seeded_case(problem, 2) is b  # still kept: the two most recent
+    assert evaluation.seeded_case(problem, 1) is not a1  # pushed out, drawn again

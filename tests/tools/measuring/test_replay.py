@@ -1,0 +1,140 @@
+"""Replaying a recorded results store: what a GPU measured comes back, nothing else is invented."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.jobs import tuning
+from astra_kernels.tools.errors import AstraError, WorkerError
+from astra_kernels.tools.measuring.replay import ReplayWorker
+from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import Budget, StoredEvaluator
+from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker
+
+
+def _record(path, evaluations=6):
+    """A 'GPU run': the scripted worker tunes two shapes into a results store."""
+    worker = ScriptedWorker()
+    with ResultsStore(path) as store:
+        report = tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
+                             sample=40, seed=2, strategy="random", budget=Budget(evaluations=evaluations))
+    return report
+
+
+def _rows(path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT count(*) FROM results").fetchone()[0]
+
+
+def test_replay_answers_recorded_candidates_and_refuses_the_rest(tmp_path):
+    recorded = _record(tmp_path / "gpu.sqlite")
+    before = _rows(tmp_path / "gpu.sqlite")
+    replay = ReplayWorker(tmp_path / "gpu.sqlite")
+    assert replay.device["name"] == "Scripted GPU" and replay.device["arch"] == "sm_90"
+    with ResultsStore(tmp_path / "gpu.sqlite") as store:
+        report = tuning.tune(FOLDER, replay, StoredEvaluator(replay, store), shapes=SHAPES, dtype="bf16",
+                             sample=40, seed=2, strategy="exhaustive")
+    assert _rows(tmp_path / "gpu.sqlite") == before  # refusals are not written as measurements
+    with sqlite3.connect(tmp_path / "gpu.sqlite") as db:
+        fastest = dict(db.execute("SELECT shape, min(median_us) FROM results WHERE which = 'template' "
+                                  "AND status = 'ok' GROUP BY shape").fetchall())
+    for old, new in zip(recorded.shapes, report.shapes):
+        assert {t.status for t in new.search.trials} == {"ok", "unrecorded"}
+        # the fastest recorded at the shape (its search or the general phase), from recorded times only
+        assert new.search.best_us == fastest[json.dumps(new.shape, sort_keys=True, separators=(",", ":"))]
+        assert new.search.best_us <= old.search.best_us and new.baseline_us == old.baseline_us
+    assert report.replayed_from == str(tmp_path / "gpu.sqlite")
+    assert "Replayed from the results store" in tuning.render_markdown(report)
+
+
+def test_astra_tune_replays_a_gzipped_recording_without_a_gpu(tmp_path):
+    _record(tmp_path / "gpu.sqlite")
+    with open(tmp_path / "gpu.sqlite", "rb") as source, gzip.open(tmp_path / "gpu.sqlite.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    out = tmp_path / "out"
+    code = cli.main(["tune", "silu_and_mul", "--replay", str(tmp_path / "gpu.sqlite.gz"), "--shapes", "16x4096,64x8192",
+                     "--strategy", "exhaustive", "--sample", "40", "--seed", "2", "--budget", "1000", "--out", str(out)])
+    assert code == 0
+    text = (out / "report.md").read_text()
+    assert "gpu.sqlite.gz" in text and "| 16x4096 |" in text
+    assert (out / "dispatch.json").is_file()
+
+
+def test_replay_errors_name_the_problem(tmp_path):
+    with pytest.raises(AstraError, match="no results store at"):
+        ReplayWorker(tmp_path / "missing.sqlite")
+    ResultsStore(tmp_path / "empty.sqlite").close()
+    with pytest.raises(AstraError, match="holds no measurement"):
+        ReplayWorker(tmp_path / "empty.sqlite")
+    _record(tmp_path / "gpu.sqlite", evaluations=1)
+    with pytest.raises(AstraError, match="no measurement from 'NVIDIA B200'"):
+        ReplayWorker(tmp_path / "gpu.sqlite", device="NVIDIA B200")
+    with pytest.raises(WorkerError, match="runs nothing on a GPU"):
+        ReplayWorker(tmp_path / "gpu.sqlite").call(print)
+    assert cli.main(["tune", "silu_and_mul", "--replay", str(tmp_path / "nope.sqlite")]) == 2
+
+
+def test_the_shipped_recordings_replay(tmp_path):
+    """The shipped recording of 2026-11-24 rebuilds the shipped rmsnorm table (docs/tuning/rmsnorm)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    recording = root / "kernels_sglang/recorded/h200-2026-11-24/rmsnorm.sqlite.gz"
+    shipped = json.loads((root / "kernels_sglang/tuned/h200/rmsnorm.json").read_text())
+    shapes = ",".join(suite.load("rmsnorm").spec.label(e["shape"]) for e in shipped["entries"][:2])
+    out = tmp_path / "out"
+    assert cli.main(["tune", "rmsnorm", "--replay", str(recording), "--shapes", shapes, "--strategy", "exhaustive",
+                     "--budget", "100000", "--rounds", "1", "--out", str(out)]) == 0
+    rebuilt = json.loads((out / "dispatch.json").read_text())
+    for entry in rebuilt["entries"]:
+        match = next(e for e in shipped["entries"] if e["shape"] == entry["shape"])
+        assert entry["median_us"] <= match["median_us"] + 1e-9
+
+
+def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_path):
+    from astra_kernels.kernels_sglang import recordings
+
+    path = recordings.resolve("recorded", "rmsnorm")
+    assert path.is_file() and path.parent.name == "h200-2026-11-24"
+    assert recordings.resolve("recorded:h200-2026-11-23", "fused_add_rmsnorm").name == "fused_add_rmsnorm.sqlite.gz"
+    assert recordings.resolve("some/store.sqlite", "rmsnorm").as_posix() == "some/store.sqlite"
+    with pytest.raises(AstraError, match="no shipped recording of merge_attn_states.*shipped recordings: .*rmsnorm"):
+        recordings.resolve("recorded:h200-2026-11-23", "merge_attn_states")
+    assert recordings.resolve("recorded", "merge_attn_states").parent.name == "h200-2026-11-24"
+    assert cli.main(["tune", "merge_attn_states", "--replay", "recorded:h200-2026-11-23", "--out", str(tmp_path)]) == 1
+
+
+def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
+    _record(tmp_path / "gpu.sqlite", evaluations=1)
+    with open(tmp_path / "gpu.sqlite", "rb") as source, gzip.open(tmp_path / "gpu.sqlite.gz", "wb") as target:
+        shutil.copyfileobj(source, target)
+    recording = tmp_path / "gpu.sqlite.gz"
+    shipped = recording.read_bytes()
+    work = tmp_path / "run" / "results.sqlite"
+    replay = ReplayWorker.from_recording(recording, work)
+    assert replay.device["replay"] == str(recording) and _rows(work) == _rows(tmp_path / "gpu.sqlite")
+    ReplayWorker.from_recording(recording, work)  # an earlier copy of the same recording is replaced
+    assert recording.read_bytes() == shipped
+
+    _record(tmp_path / "measured.sqlite", evaluations=6)  # a GPU run's store holds more than the recording
+    before = _rows(tmp_path / "measured.sqlite")
+    with pytest.raises(AstraError, match=r"holds \d+ result\(s\) that .*gpu.sqlite.gz lacks"):
+        ReplayWorker.from_recording(recording, tmp_path / "measured.sqlite")
+    assert _rows(tmp_path / "measured.sqlite") == before
+    (tmp_path / "notes.txt").write_text("someone's notes")
+    with pytest.raises(AstraError, match="not a readable results store"):
+        ReplayWorker.from_recording(recording, tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "someone's notes"
+    with pytest.raises(AstraError, match="is the recording itself"):
+        ReplayWorker.from_recording(tmp_path / "gpu.sqlite", tmp_path / "gpu.sqlite")
+    with pytest.raises(AstraError, match="no results store at"):
+        ReplayWorker.from_recording(tmp_path / "missing.sqlite.gz", work)
+    assert not list(tmp_path.glob(".*.copy")) and not list(work.parent.glob(".*.copy"))

@@ -1,0 +1,104 @@
+"""The runner with a scripted evaluator: budgets, failures, and re-runs answered by the store."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.measuring.evaluation import EvaluationResult
+from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import Budget, StoredEvaluator, search
+from astra_kernels.tools.search.strategies import make_strategy
+from astra_kernels.tools.toolchain.timing import Timing
+
+FOLDER = suite.load("silu_and_mul")
+SHAPE = {"T": 16, "D": 4096}
+SPACE = [{**FOLDER.template.default, "THREADS": t, "UNROLL": u}
+         for t, u in itertools.product((64, 128, 256, 512), (1, 2, 4))]
+
+
+class ScriptedWorker:
+    """Times each configuration by a formula; THREADS=64 with UNROLL=4 "crashes"."""
+
+    device = {"name": "Scripted GPU", "arch": "sm_90"}
+
+    def __init__(self):
+        self.calls = 0
+
+    def evaluate(self, request):
+        self.calls += 1
+        d = request.options.defines
+        if d["THREADS"] == 64 and d["UNROLL"] == 4:
+            return EvaluationResult(status="crashed", message="illegal address", fatal=True)
+        us = 2.0 + abs(d["THREADS"] - 256) / 256 + abs(d["UNROLL"] - 2) * 0.1
+        timing = Timing(median_us=us, min_us=us, max_us=us, spread=0.0, samples_us=[us],
+                        launches_per_replay=100, input_sets=100, method="graph")
+        return EvaluationResult(status="ok", timing=timing, fraction_of_copy_bandwidth=0.1)
+
+
+def request_for(config):
+    return suite.request(FOLDER, "template", SHAPE, "bf16", config=config, arch="sm_90")
+
+
+@pytest.fixture
+def store(tmp_path):
+    with ResultsStore(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def test_exhaustive_finds_the_best_and_never_picks_a_failure(store):
+    worker = ScriptedWorker()
+    outcome = search(make_strategy("exhaustive", SPACE), request_for, StoredEvaluator(worker, store),
+                     Budget())
+    assert outcome.stopped_by == "exhausted" and len(outcome.trials) == len(SPACE)
+    assert outcome.best_config["THREADS"] == 256 and outcome.best_config["UNROLL"] == 2
+    assert outcome.best_us == pytest.approx(2.0)
+    assert any(t.status == "crashed" for t in outcome.trials)
+    assert store.count() == len(SPACE)
+
+
+def test_a_rerun_evaluates_nothing_twice_and_ends_the_same(store):
+    first_worker, second_worker = ScriptedWorker(), ScriptedWorker()
+    first = search(make_strategy("random", SPACE, 4), request_for, StoredEvaluator(first_worker, store),
+                   Budget(evaluations=7))
+    second = search(make_strategy("random", SPACE, 4), request_for, StoredEvaluator(second_worker, store),
+                    Budget(evaluations=7))
+    assert first.stopped_by == "evaluations" and first_worker.calls == 7
+    assert second_worker.calls == 0 and all(t.reused for t in second.trials)
+    assert second.best_config == first.best_config and second.best_us == first.best_us
+
+
+def test_an_interrupted_search_resumes_where_it_stopped(store):
+    partial = ScriptedWorker()
+    search(make_strategy("exhaustive", SPACE), request_for, StoredEvaluator(partial, store), Budget(evaluations=5))
+    resumed = ScriptedWorker()
+    outcome = search(make_strategy("exhaustive", SPACE), request_for, StoredEvaluator(resumed, store), Budget())
+    assert resumed.calls == len(SPACE) - 5
+    assert outcome.fresh_evaluations == len(SPACE) - 5
+
+
+def test_seconds_budget_stops_the_search(store):
+    outcome = search(make_strategy("exhaustive", SPACE), request_for, StoredEvaluator(ScriptedWorker(), store),
+                     Budget(seconds=0.0))
+    assert outcome.stopped_by == "seconds" and not outcome.trials and outcome.best_config is None
+
+
+def test_at_least_evaluations_outlast_the_seconds(store):
+    evaluator = StoredEvaluator(ScriptedWorker(), store)
+    outcome = search(make_strategy("exhaustive", SPACE), request_for, evaluator, Budget(seconds=0.0, at_least=4))
+    assert len(outcome.trials) == 4 and outcome.stopped_by == "seconds"
+
+
+def test_at_least_is_shared_by_the_rounds(store):
+    from astra_kernels.tools.search.rounds import RoundPlan
+    from astra_kernels.tools.search.runner import search_rounds
+
+    def plan(trials):
+        return RoundPlan(action="widen", candidates=[c for c in SPACE if c not in [t.config for t in trials]],
+                         reasons=["the rest"])
+
+    outcome = search_rounds("exhaustive", SPACE, request_for, StoredEvaluator(ScriptedWorker(), store),
+                            Budget(seconds=0.0, at_least=6), rounds=3, plan=plan)
+    assert len(outcome.trials) == 6 and [r.evaluated for r in outcome.rounds] == [2, 2, 2]

@@ -1,0 +1,105 @@
+"""The template format: parsing, its errors (with lines), constraints and geometry."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_kernels.tools.templating.expressions import Expression, ExpressionError
+from astra_kernels.tools.templating.template import Exclusion, Instance, TemplateError, parse_template
+
+GOOD = """\
+#include "common.cuh"
+//@ kernel: k
+//@ param THREADS: 64, 128, 256   -- threads per CTA
+//@ param VEC: 1, 2, 4, 8
+//@ derive NVEC = D // VEC
+//@ require VEC * ELEM_BYTES <= 16 -- a load is at most 16 bytes
+//@ require D % VEC == 0 -- whole vectors
+//@ grid: ceil_div(T, 2), min(NVEC, 4)
+//@ block: THREADS
+//@ shared: THREADS * 4
+//@ fast_math: THREADS > 64
+//@ max_registers: 128
+//@ default: THREADS=128 VEC=4
+extern "C" __global__ void k() {}
+"""
+SYMBOLS = {"T", "D", "ELEM_BYTES", "SMS"}
+
+
+def test_parse_and_instantiate():
+    t = parse_template(GOOD, "good.cu", SYMBOLS)
+    assert t.kernel == "k" and t.names == ["THREADS", "VEC"] and t.size() == 12
+    assert t.parameters[0].description == "threads per CTA"
+    assert t.default == {"THREADS": 128, "VEC": 4}
+    inst = t.instantiate({"THREADS": 256, "VEC": 8}, {"T": 5, "D": 4096, "ELEM_BYTES": 2, "SMS": 132})
+    assert isinstance(inst, Instance)
+    assert inst.grid == (3, 4) and inst.block == (256,) and inst.shared_bytes == 1024
+    assert inst.fast_math and inst.max_registers == 128
+    assert inst.defines == {"THREADS": 256, "VEC": 8, "NVEC": 512}
+
+
+def test_constraints_exclude_with_reason_and_line():
+    t = parse_template(GOOD, "good.cu", SYMBOLS)
+    env = {"T": 1, "D": 4097, "ELEM_BYTES": 2, "SMS": 132}
+    excl = t.instantiate({"THREADS": 64, "VEC": 2}, env)
+    assert isinstance(excl, Exclusion) and excl.reason == "whole vectors" and excl.line == 7
+    wide = t.instantiate({"THREADS": 64, "VEC": 8}, {**env, "D": 4096, "ELEM_BYTES": 4})
+    assert isinstance(wide, Exclusion) and "16 bytes" in wide.reason
+
+
+def test_sampling_is_seeded_and_whole_when_small():
+    t = parse_template(GOOD, "good.cu", SYMBOLS)
+    assert len(t.sample_configs(100)) == 12
+    assert t.sample_configs(5, seed=3) == t.sample_configs(5, seed=3)
+    assert len({tuple(c.items()) for c in t.sample_configs(5, seed=3)}) == 5
+
+
+@pytest.mark.parametrize("bad,line,needle", [
+    ("//@ param VEC:", 4, "has no values"),
+    ("//@ param VEC: 1, two", 4, "integers"),
+    ("//@ param VEC: 1, 1", 4, "repeats"),
+    ("//@ param THREADS: 1", 4, "already defined on line 3"),
+    ("//@ require VEC <= WIDTH", 4, "undefined name(s) WIDTH"),
+    ("//@ require VEC <=", 4, "cannot parse"),
+    ("//@ require __import__('os') == 1", 4, "not an allowed function"),
+    ("//@ require VEC.real == 1", 4, "not allowed"),
+    ("//@ launch: 1", 4, "unknown directive"),
+    ("//@ grid: 1, 2", 4, "already given on line"),
+])
+def test_errors_name_the_line(bad, line, needle):
+    lines = GOOD.splitlines()
+    lines.insert(3, bad)
+    with pytest.raises(TemplateError) as info:
+        parse_template("\n".join(lines), "bad.cu", SYMBOLS)
+    assert f"bad.cu:{line}" in str(info.value) or "bad.cu" in str(info.value)
+    assert needle in str(info.value)
+
+
+def test_missing_required_directives_and_bad_defaults():
+    with pytest.raises(TemplateError, match="missing the `//@ grid:`"):
+        parse_template(GOOD.replace("//@ grid: ceil_div(T, 2), min(NVEC, 4)\n", ""), "x.cu", SYMBOLS)
+    with pytest.raises(TemplateError, match="not among"):
+        parse_template(GOOD.replace("VEC=4", "VEC=3"), "x.cu", SYMBOLS)
+    with pytest.raises(TemplateError, match="not a parameter"):
+        parse_template(GOOD.replace("VEC=4", "VEC=4 UNROLL=2"), "x.cu", SYMBOLS)
+    with pytest.raises(TemplateError, match="default lacks"):
+        parse_template(GOOD.replace("THREADS=128 VEC=4", "VEC=4"), "x.cu", SYMBOLS)
+
+
+def test_unknown_symbol_only_when_environment_lacks_it():
+    with pytest.raises(TemplateError, match="undefined name"):
+        parse_template(GOOD, "good.cu", {"T", "D"})  # no ELEM_BYTES
+
+
+def test_expressions_are_safe_and_complete():
+    assert Expression("ceil_div(7, 2) + pow2_divisor(96, 8) + gcd(12, 18)")({}) == 4 + 8 + 6
+    assert Expression("1 < x <= 3 and not x == 2")({"x": 3}) is True
+    assert Expression("a if a > b else b")({"a": 2, "b": 5}) == 5
+    assert Expression("next_pow2(5) + log2(64) + is_pow2(6)")({}) == 8 + 6 + 0
+    for text in ("open('x')", "x.__class__", "[1, 2]", "'text'", "lambda: 1", "x[0]"):
+        with pytest.raises(ExpressionError):
+            Expression(text)
+    with pytest.raises(ExpressionError, match="unknown name"):
+        Expression("y + 1")({})
+    with pytest.raises(ExpressionError, match="division by zero"):
+        Expression("1 // z")({"z": 0})

@@ -1,0 +1,317 @@
+"""One evaluation, start to finish, inside the worker: compile, check, time.
+
+This is the protocol every number in the project comes from (design.md, "Measuring a kernel"):
+fresh seeded inputs for each check, outputs poisoned with NaN, read-only inputs verified
+unchanged, a second draw that must change the outputs, then CUDA-graph timing over rotating
+input sets against the copy-bandwidth floor measured in the same process.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from astra_kernels.tools.toolchain import pdl
+from astra_kernels.tools.toolchain.compiler import CompileOptions, KernelInfo, compile_source
+from .correctness import POISON_BYTE, Check, compare, outputs_differ, timed_outputs, unchanged
+from astra_kernels.tools.toolchain.device import Device, DeviceArena, DeviceBuffer, Kernel
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.errors import (
+    AstraError, CompileError, CompileTimeoutError, KernelNotFoundError, LaunchArgumentError, LaunchError,
+)
+from .guards import GUARD_BYTES, GuardedBuffers
+from .problem import Case, Problem
+from astra_kernels.tools.toolchain.ceiling import copy_bandwidth
+from astra_kernels.tools.toolchain.timing import Timing, rotation_count, time_graph, time_stream
+
+Status = Literal[
+    "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout",
+    "compile_timeout",  # NVRTC ran past the worker's compile deadline; its process was killed
+    "unrecorded",  # a replay (tools/replay.py) has no measurement of this candidate: nothing ran
+]
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int = 0
+
+    @property
+    def threads(self) -> int:
+        n = 1
+        for d in self.block:
+            n *= d
+        return n
+
+
+@dataclass
+class EvaluationRequest:
+    """A candidate kernel and what to do with it."""
+
+    source: str
+    kernel: str
+    launch: LaunchShape
+    problem: Problem
+    options: CompileOptions = field(default_factory=CompileOptions)
+    check: bool = True
+    time: bool = True
+    seeds: tuple[int, int] = (1, 2)
+    replays: int = 10
+    min_launches: int = 20
+    stream_timing: bool = True
+    input_layout: Literal["arena", "separate"] = "arena"
+    pdl: bool = False  # launch as a programmatic dependent of the previous grid (tools/pdl.py)
+    label: str = ""
+
+
+class EvaluationResult(BaseModel):
+    """Everything measured about one candidate; `status` says how far it got."""
+
+    status: Status
+    message: str = ""
+    label: str = ""
+    kernel: str = ""
+    device: str = ""
+    arch: str = ""
+    kernel_info: KernelInfo | None = None
+    compile_seconds: float | None = None
+    compile_cached: bool | None = None
+    checks: list[Check] = Field(default_factory=list)
+    timing: Timing | None = None
+    stream_timing: Timing | None = None
+    occupancy_blocks_per_sm: int | None = None
+    bytes_moved: int = 0
+    copy_bandwidth_gbs: float | None = None
+    floor_us: float | None = None
+    fraction_of_copy_bandwidth: float | None = None
+    wall_seconds: float = 0.0
+    fatal: bool = False  # the worker's CUDA context can no longer be trusted
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+
+class _Buffers:
+    """One full set of device buffers for a problem, in parameter order: its own allocations,
+    or given ones (views into an arena)."""
+
+    def __init__(self, problem: Problem, given: list[DeviceBuffer] | None = None):
+        buffers = given if given is not None else [DeviceBuffer(p.nbytes) for p in problem.buffers]
+        self.by_name: dict[str, DeviceBuffer] = {p.name: b for p, b in zip(problem.buffers, buffers)}
+
+    def args(self, problem: Problem) -> list:
+        return [self.by_name[p.name] if p.is_buffer else p.scalar() for p in problem.params]
+
+    def close(self) -> None:
+        for buf in self.by_name.values():
+            buf.close()
+
+
+_CASES: OrderedDict[tuple, Case] = OrderedDict()
+_CASES_KEPT = 2  # the two seeds of one problem: consecutive candidates share them
+
+
+def seeded_case(problem: Problem, seed: int) -> Case:
+    """The seeded draw and its reference, computed once per problem and seed in this worker.
+
+    Every configuration of a search is checked on the same two draws, and the float64 reference
+    of a large shape takes seconds, so the last draws are kept; nothing mutates them.
+    """
+    key = (problem.label, tuple(problem.params), repr(problem.make_case), seed)
+    if key in _CASES:
+        _CASES.move_to_end(key)
+        return _CASES[key]
+    case = problem.make_case(seed)
+    problem.validate_case(case)
+    _CASES[key] = case
+    while len(_CASES) > _CASES_KEPT:
+        _CASES.popitem(last=False)
+    return case
+
+
+def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int,
+              guard_bytes: int = GUARD_BYTES):
+    """Launch once on a seeded draw, its buffers between guard bands (tools/guards.py) in the
+    request's layout; return (checks, outputs as downloaded, expected)."""
+    problem = request.problem
+    case = seeded_case(problem, seed)
+    guarded = GuardedBuffers(problem.buffers, request.input_layout, guard_bytes)
+    buffers = _Buffers(problem, guarded.buffers)
+    try:
+        for p in problem.buffers:
+            if p.role in ("in", "inout"):
+                buffers.by_name[p.name].upload(case.inputs[p.name])
+            else:
+                buffers.by_name[p.name].fill_bytes(POISON_BYTE)
+        launch = request.launch
+        device.launch(kernel, launch.grid, launch.block, buffers.args(problem), launch.shared_bytes,
+                      pdl=request.pdl)
+        device.synchronize()
+        checks: list[Check] = []
+        outputs: dict[str, np.ndarray] = {}
+        for p in problem.buffers:
+            got = buffers.by_name[p.name].download(numpy_dtype(p.dtype), p.shape)
+            if p.role == "in":
+                checks.append(unchanged(p.name, case.inputs[p.name], got))
+            else:
+                outputs[p.name] = got
+                checks.append(compare(p.name, got, case.expected[p.name], problem.tolerance(p.dtype)))
+        if (bands := guarded.check()) is not None:
+            checks.append(bands)
+        return checks, outputs, case.expected
+    finally:
+        guarded.close()
+
+
+def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
+           guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, np.ndarray]]:
+    """Both seeded draws; returns the checks and the first draw's outputs, which the timed
+    launches (on that draw's inputs) must reproduce."""
+    first_seed, second_seed = request.seeds
+    checks_a, out_a, exp_a = _run_case(device, kernel, request, first_seed, guard_bytes)
+    checks_b, out_b, exp_b = _run_case(device, kernel, request, second_seed, guard_bytes)
+    for c in checks_a:
+        c.name = f"{c.name} (seed {first_seed})"
+    for c in checks_b:
+        c.name = f"{c.name} (seed {second_seed})"
+    return checks_a + checks_b + [outputs_differ(out_a, out_b, exp_a, exp_b)], out_a
+
+
+def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buffers], DeviceArena | None]:
+    """`count` buffer sets, packed in one arena (as a framework's allocator would place them) or
+    each buffer its own allocation."""
+    if layout == "separate":
+        return [_Buffers(problem) for _ in range(count)], None
+    sizes = [p.nbytes for p in problem.buffers]
+    arena = DeviceArena(sizes * count)
+    n = len(sizes)
+    return [_Buffers(problem, arena.buffers[i * n:(i + 1) * n]) for i in range(count)], arena
+
+
+def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
+          checked: dict[str, np.ndarray] | None = None) -> tuple[Timing, Timing | None, Check | None]:
+    """Graph-replayed and stream timings over enough input sets to keep L2 cold.
+
+    Given the checked launch's outputs, the sets' outputs are poisoned before timing and must
+    hold those outputs after it (correctness.timed_outputs); the verdict comes back third.
+    """
+    problem = request.problem
+    sets_needed = rotation_count(problem.set_bytes)
+    launches = max(sets_needed, request.min_launches)
+    case = seeded_case(problem, request.seeds[0])
+    sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
+    try:
+        for buffers in sets:
+            for p in problem.buffers:
+                if p.role in ("in", "inout"):
+                    buffers.by_name[p.name].upload(case.inputs[p.name])
+                elif checked is not None:
+                    buffers.by_name[p.name].fill_bytes(POISON_BYTE)
+        arg_lists = [b.args(problem) for b in sets]
+        launch = request.launch
+
+        def enqueue(i: int) -> None:
+            device.launch(kernel, launch.grid, launch.block, arg_lists[i % sets_needed], launch.shared_bytes,
+                          pdl=request.pdl)
+
+        graph = time_graph(device, enqueue, launches=launches, input_sets=sets_needed,
+                           replays=request.replays)
+        stream = (
+            time_stream(device, enqueue, launches=launches, input_sets=sets_needed)
+            if request.stream_timing else None
+        )
+        outs = [p for p in problem.buffers if p.role == "out"]
+        if checked is None or not outs:
+            return graph, stream, None
+        device.synchronize()  # downloads run on the legacy stream, which does not wait for ours
+        downloads = ({p.name: b.by_name[p.name].download(numpy_dtype(p.dtype), p.shape) for p in outs}
+                     for b in sets)
+        verdict = timed_outputs(downloads, len(sets), checked, case.expected,
+                                {p.name: problem.tolerance(p.dtype) for p in outs})
+        return graph, stream, verdict
+    finally:
+        for buffers in sets:
+            buffers.close()
+        if arena is not None:
+            arena.close()
+
+
+def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: float | None = None,
+             guard_bytes: int = GUARD_BYTES) -> EvaluationResult:
+    """Run the protocol; every failure becomes a result with a status, never an exception.
+
+    `compile_timeout_s` compiles in a child process killed at that deadline (compiler_process.py);
+    `guard_bytes=0` drops the guard bands, for memcheck's run (sanitizer.py), which needs buffers
+    of exact size.
+    """
+    started = time.perf_counter()
+    result = EvaluationResult(
+        status="ok", label=request.label, kernel=request.kernel, device=device.properties.name,
+        arch=device.properties.arch, bytes_moved=request.problem.bytes_moved,
+    )
+    try:
+        options = request.options
+        if options.arch is None:
+            options = options.model_copy(update={"arch": device.properties.arch})
+        source = request.source
+        if request.pdl:
+            if not pdl.supported(options.arch):
+                raise LaunchArgumentError(f"programmatic dependent launch needs sm_90 or newer, not {options.arch}")
+            source = pdl.dependent_source(source, request.kernel)
+        module = compile_source(source, options, timeout_s=compile_timeout_s)
+        result.compile_seconds = module.compile_seconds
+        result.compile_cached = module.cached
+        result.kernel_info = module.kernel(request.kernel)
+        kernel = device.load(module, request.kernel)
+        device.check_launch(kernel, request.launch.grid, request.launch.block, request.launch.shared_bytes)
+        if request.launch.shared_bytes > 48 * 1024:
+            device.set_dynamic_shared(kernel, request.launch.shared_bytes)
+        result.occupancy_blocks_per_sm = device.occupancy(
+            kernel, request.launch.threads, request.launch.shared_bytes
+        )
+        checked = None
+        if request.check:
+            result.checks, checked = _check(device, kernel, request, guard_bytes)
+            if not result.correct:
+                failed = [c for c in result.checks if not c.passed]
+                result.status = "incorrect"
+                result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
+                return result
+        if request.time:
+            result.timing, result.stream_timing, timed = _time(device, kernel, request, checked)
+            if timed is not None:
+                result.checks.append(timed)
+                if not timed.passed:  # the times stay, as evidence: they timed a kernel doing nothing
+                    result.status, result.message = "incorrect", f"{timed.name}: {timed.detail}"
+            bandwidth = copy_bandwidth(device)
+            result.copy_bandwidth_gbs = bandwidth / 1e9
+            if request.problem.bytes_moved:
+                result.floor_us = request.problem.bytes_moved / bandwidth * 1e6
+                result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
+    except CompileTimeoutError as exc:
+        result.status, result.message = "compile_timeout", str(exc)
+    except CompileError as exc:
+        result.status, result.message = "compile_error", str(exc)
+    except (KernelNotFoundError, LaunchArgumentError) as exc:
+        result.status, result.message = "invalid", str(exc)
+    except LaunchError as exc:
+        # A fault in a kernel is sticky and the context is done for; a launch or load the driver
+        # refused leaves it usable, and the worker need not be replaced for it.
+        result.status, result.message = "launch_error", str(exc)
+        result.fatal = device.context_error() is not None
+    except AstraError as exc:
+        result.status, result.message = "invalid", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # a bug in a case factory or here: report it, keep the worker honest
+        result.status, result.fatal = "crashed", True
+        result.message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
+    finally:
+        result.wall_seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,60 @@
+"""Reference kernels that measure the machine rather than the model's work.
+
+The copy probe is a plain 16-byte-vector copy: timed through the evaluation protocol it should
+reach the driver's copy bandwidth, which shows that the protocol itself costs nothing at scale.
+The empty kernel is the launch floor: no kernel, however small, replays faster than it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from astra_kernels.tools.toolchain.ceiling import COPY_SOURCE
+from .evaluation import EvaluationRequest, LaunchShape
+from .problem import Case, Param, Problem
+
+EMPTY_SOURCE = r"""
+extern "C" __global__ void empty(int* flag) {
+    if (flag[0] == 12345 && threadIdx.x == 1024) flag[0] = 0;
+}
+"""
+
+
+def _copy_case(words: int, seed: int) -> Case:
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 2**32, size=words, dtype=np.uint32)
+    return Case(inputs={"src": data}, expected={"dst": data})
+
+
+def copy_request(nbytes: int, *, multiprocessors: int = 132, threads: int = 512) -> EvaluationRequest:
+    """Copy `nbytes` (a multiple of 16) with a grid-stride vector copy; bytes moved = 2 * nbytes."""
+    if nbytes % 16:
+        raise ValueError("the copy probe moves whole 16-byte vectors")
+    words = nbytes // 4
+    params = [
+        Param("src", "in", "uint32", (words,)),
+        Param("dst", "out", "uint32", (words,)),
+        Param("n", "scalar", "uint64", value=nbytes // 16),
+    ]
+    blocks = min(multiprocessors * 8, -(-(nbytes // 16) // threads))  # every vector its own thread when it fits
+    problem = Problem(params=params, make_case=functools.partial(_copy_case, words),
+                      bytes_moved=2 * nbytes, label=f"copy {nbytes} B")
+    return EvaluationRequest(source=COPY_SOURCE, kernel="copy_vec4",
+                             launch=LaunchShape(grid=(blocks,), block=(threads,)),
+                             problem=problem, label=problem.label)
+
+
+def _flag_case(seed: int) -> Case:
+    flag = np.array([seed], dtype=np.int32)
+    return Case(inputs={"flag": flag}, expected={})
+
+
+def empty_request() -> EvaluationRequest:
+    """One block, one warp, no memory traffic: the cost of a graph-replayed launch."""
+    problem = Problem(params=[Param("flag", "in", "int32", (1,))], make_case=_flag_case,
+                      bytes_moved=0, label="empty kernel")
+    return EvaluationRequest(source=EMPTY_SOURCE, kernel="empty",
+                             launch=LaunchShape(grid=(1,), block=(32,)), problem=problem,
+                             label=problem.label, min_launches=200)

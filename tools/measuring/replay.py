@@ -1,0 +1,143 @@
+"""A worker with no GPU behind it: it answers evaluations from a recorded results store.
+
+Every number the project reports comes from a real GPU, but notebooks, LangGraph Studio, CI and
+a laptop have none. A results store written by a GPU run (`astra tune`, `astra optimize`) holds
+real measurements, each with its device and date; replaying it lets the tuner, the dispatch
+table and the agent walk their whole logic anywhere. The store is consulted first by
+`StoredEvaluator`, so what reaches this worker is exactly what the recording lacks: it is refused
+with status "unrecorded", never estimated, and never written back as a measurement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import shutil
+import sqlite3
+import uuid
+import zlib
+from pathlib import Path
+
+from astra_kernels.tools.errors import AstraError, WorkerError
+from .evaluation import EvaluationRequest, EvaluationResult
+
+
+class ReplayWorker:
+    """Stands where an EvaluationWorker would; `device` is the recording's GPU."""
+
+    def __init__(self, store_path: str | Path, device: str | None = None, recording: str | Path | None = None):
+        """`recording` names where the store came from when `store_path` is a working copy of it."""
+        self.store_path = Path(store_path)
+        if not self.store_path.is_file():
+            raise AstraError(f"no results store at {self.store_path} to replay")
+        try:
+            devices = self.recorded_devices(self.store_path)
+        except sqlite3.DatabaseError as exc:
+            raise AstraError(f"{recording or self.store_path} is not a readable results store ({exc})") from exc
+        if not devices:
+            raise AstraError(f"{self.store_path} holds no measurement to replay")
+        if device is None and len(devices) > 1:
+            raise AstraError(f"{self.store_path} holds measurements from {len(devices)} GPUs "
+                             f"({', '.join(d for d, _ in devices)}); name one")
+        chosen = [(d, a) for d, a in devices if device is None or d == device]
+        if not chosen:
+            raise AstraError(f"{self.store_path} has no measurement from {device!r}; it has "
+                             + ", ".join(d for d, _ in devices))
+        name, arch = chosen[0]
+        # The recording does not hold the GPU's multiprocessor count: callers fall back to their
+        # default (132, an H100 or H200), and a candidate whose launch depends on it differently
+        # simply finds no record.
+        self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path)}
+        self.restarts = 0
+
+    @classmethod
+    def from_recording(cls, recording: str | Path, store_path: str | Path,
+                       device: str | None = None) -> "ReplayWorker":
+        """A replay over a working copy of `recording` (a store, or one gzipped as shipped) at
+        `store_path`, the run's own store: the recording itself is never opened for writing.
+
+        A store already at `store_path` is replaced only when the recording holds every result it
+        holds (an earlier copy of it): a GPU run's measurements, or a file that is not a results
+        store, are refused, never overwritten.
+        """
+        recording, store_path = Path(recording), Path(store_path)
+        if not recording.is_file():
+            raise AstraError(f"no results store at {recording} to replay")
+        if store_path.exists() and store_path.resolve() == recording.resolve():
+            raise AstraError(f"{store_path} is the recording itself; a replay works on a copy, so give it "
+                             "another results path")
+        store_path.parent.mkdir(parents=True, exist_ok=True)
+        # Copied beside the target and renamed into place: a reader of an earlier copy keeps its
+        # file, and no half-written store is ever at `store_path`.
+        fresh = store_path.with_name(f".{store_path.name}.{uuid.uuid4().hex}.copy")
+        try:
+            opener = gzip.open if recording.suffix == ".gz" else open
+            try:
+                with opener(recording, "rb") as source, open(fresh, "xb") as target:
+                    shutil.copyfileobj(source, target)
+                with contextlib.closing(sqlite3.connect(fresh)) as db:  # a damaged recording must not
+                    db.execute("SELECT count(*), max(result) FROM results").fetchone()  # replace a good copy
+            except (gzip.BadGzipFile, EOFError, zlib.error, sqlite3.DatabaseError) as exc:
+                raise AstraError(f"{recording} is not a readable results store ({exc}); "
+                                 "it is left as it is") from exc
+            if store_path.exists():
+                _refuse_to_lose(store_path, fresh, recording)
+            os.replace(fresh, store_path)
+        except BaseException:
+            for path in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
+                path.unlink(missing_ok=True)
+            raise
+        for leftover in ("-wal", "-shm"):  # the replaced store's journal would be applied to the copy
+            Path(f"{store_path}{leftover}").unlink(missing_ok=True)
+        return cls(store_path, device=device, recording=recording)
+
+    @staticmethod
+    def recorded_devices(path: Path) -> list[tuple[str, str]]:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return [tuple(r) for r in db.execute(
+                "SELECT DISTINCT device, arch FROM results WHERE device != '' ORDER BY device")]
+
+    def __enter__(self) -> "ReplayWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
+        return EvaluationResult(
+            status="unrecorded", label=request.label, kernel=request.kernel, device=self.device["name"],
+            arch=self.device["arch"], bytes_moved=request.problem.bytes_moved,
+            message=f"{self.store_path} has no measurement of this candidate on {self.device['name']}; "
+                    "a replay answers only what a GPU run recorded")
+
+    def call(self, function, *args, timeout_s: float | None = None):
+        raise WorkerError(f"a replay of {self.store_path} runs nothing on a GPU ({getattr(function, '__name__', function)})")
+
+
+def _refuse_to_lose(existing: Path, copy: Path, recording: Path) -> None:
+    """Raise unless every result in `existing` is also in `copy` (so replacing it loses nothing)."""
+    with contextlib.closing(sqlite3.connect(copy)) as db:
+        try:
+            db.execute("ATTACH DATABASE ? AS existing", (str(existing),))
+            tables = {r[0] for r in db.execute("SELECT name FROM existing.sqlite_master WHERE type = 'table'")}
+            if not tables:
+                return  # an empty file: nothing to lose
+            if "results" not in tables:
+                raise AstraError(f"{existing} is not a results store (tables {sorted(tables)}); a replay of "
+                                 f"{recording} will not overwrite it: give the replay another results path")
+            lost = db.execute("SELECT count(*) FROM existing.results "
+                              "WHERE key NOT IN (SELECT key FROM main.results)").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise AstraError(f"{existing} is not a readable results store ({exc}); a replay of {recording} "
+                             "will not overwrite it: give the replay another results path") from exc
+    if lost:
+        raise AstraError(f"{existing} holds {lost} result(s) that {recording} lacks (a GPU run's, or another "
+                         "recording's); a replay will not overwrite them: give it another results path, or "
+                         "delete that store")

@@ -1,0 +1,143 @@
+"""compute-sanitizer's memcheck over a candidate's correctness launches, where the tool exists.
+
+Guard bands (guards.py) see writes that land just outside a buffer. Memcheck sees every access
+outside any allocation, reads included, and names the thread and the instruction, at the price
+of a run many times slower in a process of its own. So it is an optional second opinion,
+`sanitize(request)`: the correctness launches (no timing) under
+`compute-sanitizer --tool memcheck`, each buffer in an allocation of exactly its size and with no
+bands, since a stray write into a band is inside an allocation and so legal to memcheck.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from astra_kernels.tools.toolchain.compiler_process import child_environment, python_command
+from .evaluation import EvaluationRequest, EvaluationResult
+
+ERROR_EXIT_CODE = 86  # what compute-sanitizer exits with when it found errors (--error-exitcode)
+_PREFIX = "========= "
+_SUMMARY = re.compile(r"^========= ERROR SUMMARY: (\d+) errors?")
+
+
+class SanitizerReport(BaseModel):
+    """What memcheck said about a candidate's correctness launches."""
+
+    available: bool
+    binary: str | None = None
+    clean: bool | None = None  # None: the run did not happen or did not finish
+    error_count: int | None = None
+    errors: list[str] = Field(default_factory=list)  # one line per reported error, its details joined
+    exit_code: int | None = None
+    result: EvaluationResult | None = None  # the correctness launches' own verdict, from inside
+    message: str = ""
+    output_tail: str = ""
+    seconds: float = 0.0
+
+
+def find_compute_sanitizer() -> str | None:
+    """On PATH, else in the CUDA toolkit ($CUDA_HOME or /usr/local/cuda)."""
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and os.access(candidate := os.path.join(root, "bin", "compute-sanitizer"), os.X_OK):
+            return candidate
+    return None
+
+
+def parse_memcheck(output: str) -> tuple[list[str], int | None]:
+    """The reported errors, each as its headline with its indented detail lines joined
+    (host backtraces left out), and the count from the ERROR SUMMARY line."""
+    errors: list[list[str]] = []
+    count = None
+    for line in output.splitlines():
+        if (summary := _SUMMARY.match(line)) is not None:
+            count = int(summary.group(1))
+            continue
+        if not line.startswith(_PREFIX):
+            continue
+        text = line[len(_PREFIX):]
+        if not text.strip() or text.startswith("COMPUTE-SANITIZER"):
+            continue
+        if not text.startswith(" "):
+            errors.append([text.strip()])
+        elif errors and "Host Frame" not in text and "backtrace" not in text.lower():
+            errors[-1].append(text.strip())
+    return [" | ".join(parts) for parts in errors], count
+
+
+def sanitize(request: EvaluationRequest, *, binary: str | None = None, timeout_s: float = 600.0,
+             device_index: int = 0) -> SanitizerReport:
+    """Run the request's correctness launches under memcheck in a child process.
+
+    The request must be picklable with an importable case factory, as for the worker. A run past
+    `timeout_s` is killed with its process group and reported unfinished.
+    """
+    binary = binary or find_compute_sanitizer()
+    if binary is None:
+        return SanitizerReport(available=False, message="compute-sanitizer is not installed here "
+                               "(not on PATH, nor in $CUDA_HOME/bin or /usr/local/cuda/bin)")
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="astra-sanitize-") as folder:
+        request_path, result_path = Path(folder) / "request.pickle", Path(folder) / "result.json"
+        request_path.write_bytes(pickle.dumps(request))
+        # API errors are left out: cuda-python probes driver entry points with cuGetProcAddress at
+        # import, and each probe this driver lacks would count; a failed launch shows in `result`.
+        command = [binary, "--tool", "memcheck", "--report-api-errors", "no",
+                   "--error-exitcode", str(ERROR_EXIT_CODE),
+                   *python_command(__name__),
+                   str(request_path), str(result_path), str(device_index)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env=child_environment(), start_new_session=True)
+        try:
+            output, _ = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the sanitizer and the Python it runs
+            output, _ = process.communicate()
+            return SanitizerReport(
+                available=True, binary=binary, exit_code=None, seconds=time.perf_counter() - started,
+                message=f"memcheck did not finish within {timeout_s:g} s; it was killed",
+                output_tail=output.decode(errors="replace")[-4000:])
+        text = output.decode(errors="replace")
+        result = (EvaluationResult.model_validate_json(result_path.read_text())
+                  if result_path.exists() else None)
+    errors, count = parse_memcheck(text)
+    code = process.returncode
+    clean = code == 0 and not errors and (count or 0) == 0
+    if clean:
+        message = "memcheck found no errors"
+    elif errors or count:
+        message = f"memcheck found {count if count is not None else len(errors)} error(s): " + "; ".join(errors[:3])
+    else:
+        message = f"the run under memcheck failed with exit code {code}"
+    return SanitizerReport(available=True, binary=binary, clean=clean, error_count=count, errors=errors,
+                           exit_code=code, result=result, message=message, output_tail=text[-4000:],
+                           seconds=time.perf_counter() - started)
+
+
+def _run(request_path: str, result_path: str, device_index: str) -> None:
+    """Inside memcheck: the correctness launches only, on exact-size allocations."""
+    from astra_kernels.tools.toolchain.device import Device
+    from .evaluation import evaluate
+
+    request = pickle.loads(Path(request_path).read_bytes())
+    request = dataclasses.replace(request, time=False, input_layout="separate")
+    result = evaluate(Device(int(device_index)), request, guard_bytes=0)
+    Path(result_path).write_text(result.model_dump_json())
+
+
+if __name__ == "__main__":
+    _run(*sys.argv[1:4])

@@ -1,0 +1,182 @@
+"""The runner: evaluates what a strategy proposes, within a budget, through the results store.
+
+Strategies only propose (tools/strategies.py); the runner turns a configuration into a request,
+answers it from the results store when this exact measurement exists (so a re-run or a resumed
+run evaluates nothing twice), otherwise sends it to the evaluation worker and stores the result,
+failures included. Budgets count proposals, reused or not, so a resumed search retraces the same
+path and ends where the uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
+from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
+from .strategies import Strategy, make_strategy
+
+if TYPE_CHECKING:
+    from .rounds import RoundPlan
+
+
+class Evaluator(Protocol):
+    """What the runner needs of an EvaluationWorker: a device description and evaluate()."""
+
+    device: dict
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluationResult: ...
+
+
+class Budget(BaseModel):
+    evaluations: int | None = None
+    seconds: float | None = None
+    # Evaluations the time limit cannot cut short: at a large shape one evaluation takes seconds
+    # (its float64 checks), and a share of the time alone left searches of two candidates.
+    at_least: int = 0
+
+
+class Trial(BaseModel):
+    config: dict[str, int]
+    status: str
+    median_us: float | None = None
+    fraction_of_copy_bandwidth: float | None = None
+    reused: bool = False
+    message: str = ""
+
+
+class RoundSummary(BaseModel):
+    """One round of a search in rounds: what the planner chose, and what the round found."""
+
+    index: int
+    action: str  # "first", or the planner's "narrow" / "widen"
+    reasons: list[str] = Field(default_factory=list)
+    pool: int
+    evaluated: int = 0
+    best_us: float | None = None
+
+
+class SearchOutcome(BaseModel):
+    strategy: str
+    trials: list[Trial] = Field(default_factory=list)
+    rounds: list[RoundSummary] = Field(default_factory=list)
+    best_config: dict[str, int] | None = None
+    best_us: float | None = None
+    seconds: float = 0.0
+    stopped_by: Literal["exhausted", "evaluations", "seconds"] = "exhausted"
+
+    @property
+    def fresh_evaluations(self) -> int:
+        return sum(not t.reused for t in self.trials)
+
+
+class StoredEvaluator:
+    """The worker behind the results store: a hit is returned without touching the GPU."""
+
+    def __init__(self, worker: Evaluator, store: ResultsStore, run_id: str = ""):
+        self.worker = worker
+        self.store = store
+        self.run_id = run_id
+
+    def __call__(self, request: EvaluationRequest, **labels) -> tuple[EvaluationResult, bool]:
+        key = evaluation_key(request, self.worker.device["name"])
+        if (stored := self.store.get(key)) is not None:
+            return stored, True
+        result = self.worker.evaluate(request)
+        if result.status != "unrecorded":  # a replay's refusal is not a measurement
+            self.store.put(key, request, result, run_id=self.run_id, **labels)
+        return result, False
+
+
+def search(strategy: Strategy, request_for: Callable[[dict[str, int]], EvaluationRequest],
+           evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
+           labels: Callable[[dict[str, int]], dict] | None = None,
+           progress: Callable[[Trial], None] | None = None) -> SearchOutcome:
+    """Ask, evaluate, tell, until the strategy has nothing left or a budget runs out.
+
+    A configuration scores its graph-replayed median time when it is correct; anything else
+    (compile error, wrong output, crash, timeout) scores None and can never be the best.
+    """
+    outcome = SearchOutcome(strategy=strategy.name)
+    started = time.perf_counter()
+    while True:
+        if budget.evaluations is not None and len(outcome.trials) >= budget.evaluations:
+            outcome.stopped_by = "evaluations"
+            break
+        if (budget.seconds is not None and time.perf_counter() - started >= budget.seconds
+                and len(outcome.trials) >= budget.at_least):
+            outcome.stopped_by = "seconds"
+            break
+        config = strategy.ask()
+        if config is None:
+            break
+        result, reused = evaluate(request_for(config), **(labels(config) if labels else {}))
+        ok = result.status == "ok" and result.timing is not None
+        score = result.timing.median_us if ok else None
+        trial = Trial(config=config, status=result.status, median_us=score, reused=reused,
+                      fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
+                      message=result.message[:300])
+        outcome.trials.append(trial)
+        strategy.tell(config, score)
+        if score is not None and (outcome.best_us is None or score < outcome.best_us):
+            outcome.best_us, outcome.best_config = score, config
+        if progress:
+            progress(trial)
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+class RoundPlanner(Protocol):
+    def __call__(self, trials: list[Trial]) -> RoundPlan: ...
+
+
+def search_rounds(strategy: str, candidates: list[dict[str, int]],
+                  request_for: Callable[[dict[str, int]], EvaluationRequest],
+                  evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
+                  rounds: int, plan: RoundPlanner, seed: int = 0,
+                  labels: Callable[[dict[str, int]], dict] | None = None,
+                  progress: Callable[[Trial], None] | None = None) -> SearchOutcome:
+    """Searches in rounds, each over the candidates the planner picks from what was measured.
+
+    The budget is split over `rounds` rounds, each getting an equal share of what is left, so
+    an unused share carries forward; when the planned rounds are over and budget is left, the
+    planner is asked again until it stops or the budget ends (every round measures at least one
+    new candidate, so this ends). An unlimited budget lets the first round try everything.
+    """
+    outcome = SearchOutcome(strategy=strategy)
+    started = time.perf_counter()
+    pool, action, reasons = list(candidates), "first", []
+    for index in itertools.count():
+        if index:
+            planned = plan(outcome.trials)
+            if planned.action == "stop":
+                outcome.stopped_by = "exhausted"
+                break
+            pool, action, reasons = planned.candidates, planned.action, planned.reasons
+        left = max(1, rounds - index)
+        share = Budget(
+            evaluations=None if budget.evaluations is None
+            else -(-(budget.evaluations - len(outcome.trials)) // left),
+            seconds=None if budget.seconds is None
+            else (budget.seconds - (time.perf_counter() - started)) / left,
+            at_least=-(-max(0, budget.at_least - len(outcome.trials)) // left),
+        )
+        if share.evaluations is not None and share.evaluations <= 0:
+            outcome.stopped_by = "evaluations"
+            break
+        if share.seconds is not None and share.seconds <= 0 and share.at_least == 0:
+            outcome.stopped_by = "seconds"
+            break
+        found = search(make_strategy(strategy, pool, seed + index), request_for, evaluate, share,
+                       labels=labels, progress=progress)
+        outcome.trials += found.trials
+        outcome.rounds.append(RoundSummary(index=index, action=action, reasons=reasons, pool=len(pool),
+                                           evaluated=len(found.trials), best_us=found.best_us))
+        if found.best_us is not None and (outcome.best_us is None or found.best_us < outcome.best_us):
+            outcome.best_us, outcome.best_config = found.best_us, found.best_config
+    outcome.seconds = time.perf_counter() - started
+    return outcome

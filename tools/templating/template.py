@@ -1,0 +1,348 @@
+"""The project's kernel template format: parameters, constraints and launch geometry in a .cu file.
+
+A template is CUDA C++ plus `//@` directive lines (kernels_sglang/FORMAT.md is the reference for
+people and for the chat model that writes templates). Parameters become -D defines; constraints
+prune the space and exclude configurations for a shape, each with a stated reason; launch
+geometry is a set of expressions of the parameters and the shape. Parsing checks everything it
+can before any compile: unknown names, empty value lists, duplicate or malformed directives, each
+error naming the line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from astra_kernels.tools.toolchain.compiler import CompileOptions
+from astra_kernels.tools.errors import AstraError
+from .expressions import Expression, ExpressionError
+
+DIRECTIVE = "//@"
+
+
+class TemplateError(AstraError):
+    """A malformed template; the message starts with the file and line."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    values: tuple[int, ...]
+    description: str = ""
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    expression: Expression
+    reason: str
+    line: int
+
+    def holds(self, env: Mapping) -> bool:
+        return bool(self.expression(env))
+
+
+@dataclass(frozen=True)
+class Derived:
+    name: str
+    expression: Expression
+    line: int
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One configuration made concrete for one shape: what to compile and how to launch."""
+
+    config: dict[str, int]
+    defines: dict[str, int]
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    shared_bytes: int
+    fast_math: bool
+    max_registers: int | None
+
+    def compile_options(self, base: CompileOptions) -> CompileOptions:
+        """`base` (arch, headers, the dtype's and variant's defines) with this instance's own."""
+        return base.model_copy(update={
+            "defines": {**base.defines, **self.defines},
+            "fast_math": self.fast_math,
+            "max_registers": self.max_registers,
+        })
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """A configuration a constraint rules out for a shape, and why."""
+
+    config: dict[str, int]
+    reason: str
+    line: int
+
+
+@dataclass
+class Template:
+    """A parsed template (or a baseline: a template with no parameters)."""
+
+    source: str
+    path: str
+    kernel: str
+    parameters: list[Parameter] = field(default_factory=list)
+    derived: list[Derived] = field(default_factory=list)
+    constraints: list[Constraint] = field(default_factory=list)
+    grid: tuple[Expression, ...] = ()
+    block: tuple[Expression, ...] = ()
+    shared: Expression | None = None
+    fast_math: Expression | None = None
+    max_registers: Expression | None = None
+    default: dict[str, int] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)  # each keyed directive's line, for errors
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.parameters]
+
+    def size(self) -> int:
+        n = 1
+        for p in self.parameters:
+            n *= len(p.values)
+        return n
+
+    def all_configs(self) -> Iterator[dict[str, int]]:
+        """Every point of the unconstrained space, in declaration order."""
+        for values in itertools.product(*(p.values for p in self.parameters)):
+            yield dict(zip(self.names, values))
+
+    def sample_configs(self, count: int, seed: int = 0) -> list[dict[str, int]]:
+        """The whole space when it has at most `count` points, else a seeded sample of `count`."""
+        total = self.size()
+        if total <= count:
+            return list(self.all_configs())
+        rng = random.Random(seed)
+        picks = sorted(rng.sample(range(total), count))
+        sizes = [len(p.values) for p in self.parameters]
+        configs = []
+        for index in picks:
+            config = {}
+            for param, size in zip(reversed(self.parameters), reversed(sizes)):
+                index, position = divmod(index, size)
+                config[param.name] = param.values[position]
+            configs.append({name: config[name] for name in self.names})
+        return configs
+
+    def instantiate(self, config: Mapping[str, int], env: Mapping[str, int | float]) -> Instance | Exclusion:
+        """Apply the constraints and geometry to one configuration in one environment.
+
+        `env` holds the shape symbols, dtype facts, device facts and variant defines; the result
+        is an Instance, or the first constraint that fails.
+        """
+        unknown = set(config) - set(self.names)
+        missing = set(self.names) - set(config)
+        if unknown or missing:
+            raise TemplateError(
+                f"{self.path}: configuration {dict(config)} "
+                + (f"sets unknown parameter(s) {sorted(unknown)} " if unknown else "")
+                + (f"lacks {sorted(missing)}" if missing else "")
+            )
+        scope: dict[str, int | float] = {**env, **config}
+        derived: dict[str, int] = {}
+        for item in self.derived:
+            value = self._eval(item.expression, scope, item.line)
+            scope[item.name] = derived[item.name] = value
+        for constraint in self.constraints:
+            if not self._eval(constraint.expression, scope, constraint.line):
+                return Exclusion(dict(config), constraint.reason or constraint.expression.text, constraint.line)
+        grid = tuple(self._eval(e, scope, self.lines.get("grid", 0), int) for e in self.grid)
+        block = tuple(self._eval(e, scope, self.lines.get("block", 0), int) for e in self.block)
+        for what, dims in (("grid", grid), ("block", block)):
+            if any(d < 1 for d in dims):
+                return Exclusion(dict(config), f"{what} {dims} has an empty dimension", 0)
+        return Instance(
+            config=dict(config),
+            defines={**{k: int(v) for k, v in config.items()}, **{k: _define(v) for k, v in derived.items()}},
+            grid=grid, block=block,
+            shared_bytes=self._eval(self.shared, scope, self.lines.get("shared", 0), int) if self.shared else 0,
+            fast_math=(self._eval(self.fast_math, scope, self.lines.get("fast_math", 0), bool)
+                       if self.fast_math else False),
+            max_registers=(self._eval(self.max_registers, scope, self.lines.get("max_registers", 0), int)
+                           if self.max_registers else None),
+        )
+
+    def _eval(self, expression: Expression, scope, line: int, cast=None):
+        try:
+            value = expression(scope)
+            return value if cast is None else cast(value)
+        except ExpressionError as exc:
+            raise TemplateError(f"{self.path}:{line}: {exc}") from None
+        except (ArithmeticError, ValueError, TypeError) as exc:  # an infinite or complex size
+            raise TemplateError(f"{self.path}:{line}: {expression.text!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _define(value) -> int:
+    return int(value) if isinstance(value, bool) or float(value).is_integer() else value
+
+
+_PARAM = re.compile(r"^param\s+([A-Za-z_]\w*)\s*:\s*(.*?)\s*$")
+_DERIVE = re.compile(r"^derive\s+([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
+_REQUIRE = re.compile(r"^require\s+(.+?)\s*$")
+_KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|default)\s*:\s*(.*?)\s*$")
+_NUMBER = re.compile(r"^-?\d+$")
+# How each directive is written, for the error on a line that starts with its word but does not parse.
+_USAGE = {
+    "param": "param NAME: V1, V2, ... -- what it does", "derive": "derive NAME = EXPRESSION",
+    "require": "require EXPRESSION -- why", "kernel": "kernel: NAME", "grid": "grid: X[, Y[, Z]]",
+    "block": "block: X[, Y[, Z]]", "shared": "shared: BYTES", "fast_math": "fast_math: 0 or 1",
+    "max_registers": "max_registers: N", "default": "default: NAME=V NAME=V ...",
+}
+
+
+def _split_comment(text: str) -> tuple[str, str]:
+    """`body -- why` -> (body, why): the reason shown when a constraint excludes a configuration."""
+    body, _, note = text.partition("--")
+    return body.strip(), note.strip()
+
+
+def parse_template(source: str, path: str = "template.cu", symbols: set[str] | frozenset = frozenset()) -> Template:
+    """Parse the directives of `source`. `symbols` are the names the environment will provide
+    (shape symbols, dtype and device facts, variant defines); any other name is an error now."""
+    template = Template(source=source, path=path, kernel="")
+    seen: dict[str, int] = {}
+    keyed_lines: dict[str, int] = {}
+    for number, raw in enumerate(source.splitlines(), 1):
+        stripped = raw.strip()
+        if not stripped.startswith(DIRECTIVE):
+            continue
+        text = stripped[len(DIRECTIVE):].strip()
+        where = f"{path}:{number}"
+        try:
+            if m := _PARAM.match(text):
+                name = m.group(1)
+                body, note = _split_comment(m.group(2))
+                values = [v.strip() for v in body.split(",") if v.strip()]
+                if not values:
+                    raise TemplateError(f"{where}: parameter {name} has no values")
+                bad = [v for v in values if not _NUMBER.match(v)]
+                if bad:
+                    raise TemplateError(f"{where}: parameter {name} values must be integers, got {bad}")
+                if len(set(values)) != len(values):
+                    raise TemplateError(f"{where}: parameter {name} repeats a value")
+                _claim(seen, name, number, where)
+                template.parameters.append(Parameter(name, tuple(int(v) for v in values), note, number))
+            elif m := _DERIVE.match(text):
+                body, _ = _split_comment(m.group(2))
+                _claim(seen, m.group(1), number, where)
+                template.derived.append(Derived(m.group(1), Expression(body), number))
+            elif m := _REQUIRE.match(text):
+                body, note = _split_comment(m.group(1))
+                if not body:
+                    raise TemplateError(f"{where}: empty constraint")
+                template.constraints.append(Constraint(Expression(body), note, number))
+            elif m := _KEYED.match(text):
+                key, value = m.group(1), _split_comment(m.group(2))[0]
+                if key in keyed_lines:
+                    raise TemplateError(f"{where}: {key} is already given on line {keyed_lines[key]}")
+                keyed_lines[key] = number
+                if not value:
+                    raise TemplateError(f"{where}: {key} needs a value")
+                if key == "kernel":
+                    if not re.fullmatch(r"[A-Za-z_]\w*", value):
+                        raise TemplateError(f"{where}: {value!r} is not a kernel name")
+                    template.kernel = value
+                elif key in ("grid", "block"):
+                    dims = tuple(Expression(part) for part in _split_top_level(value))
+                    if not 1 <= len(dims) <= 3:
+                        raise TemplateError(f"{where}: {key} takes 1 to 3 expressions")
+                    setattr(template, key, dims)
+                elif key == "default":
+                    template.default = _parse_assignments(value, where)
+                else:
+                    setattr(template, "shared" if key == "shared" else key, Expression(value))
+            elif (word := re.match(r"[A-Za-z_]*", text).group()) in _USAGE:
+                raise TemplateError(f"{where}: malformed {word} directive; write it as `//@ {_USAGE[word]}`")
+            else:
+                raise TemplateError(
+                    f"{where}: unknown directive {text.split()[0] if text else '(empty)'!r}; expected "
+                    "param, derive, require, kernel, grid, block, shared, fast_math, max_registers or default"
+                )
+        except ExpressionError as exc:
+            raise TemplateError(f"{where}: {exc}") from None
+    template.lines = keyed_lines
+    _check_complete(template, set(symbols), keyed_lines)
+    return template
+
+
+def _claim(seen: dict[str, int], name: str, number: int, where: str) -> None:
+    if name in seen:
+        raise TemplateError(f"{where}: {name} is already defined on line {seen[name]}")
+    seen[name] = number
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas outside parentheses: `ceil_div(T, R), 1` -> two expressions."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _parse_assignments(text: str, where: str) -> dict[str, int]:
+    result = {}
+    for item in text.replace(",", " ").split():
+        name, sep, value = item.partition("=")
+        if not sep or not _NUMBER.match(value):
+            raise TemplateError(f"{where}: default expects NAME=INTEGER pairs, got {item!r}")
+        result[name] = int(value)
+    return result
+
+
+def _check_complete(template: Template, symbols: set[str], keyed_lines: dict[str, int]) -> None:
+    path = template.path
+    for key in ("kernel", "grid", "block"):
+        if key not in keyed_lines:
+            raise TemplateError(f"{path}: missing the `//@ {key}:` directive")
+    known = set(symbols) | set(template.names)
+    for item in template.derived:
+        _check_names(path, item.line, item.expression, known)
+        known.add(item.name)
+    for constraint in template.constraints:
+        _check_names(path, constraint.line, constraint.expression, known)
+    for key in ("grid", "block"):
+        for expression in getattr(template, key):
+            _check_names(path, keyed_lines[key], expression, known)
+    for key in ("shared", "fast_math", "max_registers"):
+        expression = getattr(template, key)
+        if expression is not None:
+            _check_names(path, keyed_lines[key], expression, known)
+    if template.default:
+        line = keyed_lines["default"]
+        for name, value in template.default.items():
+            param = next((p for p in template.parameters if p.name == name), None)
+            if param is None:
+                raise TemplateError(f"{path}:{line}: default sets {name}, which is not a parameter")
+            if value not in param.values:
+                raise TemplateError(f"{path}:{line}: default {name}={value} is not among {list(param.values)}")
+        missing = set(template.names) - set(template.default)
+        if missing:
+            raise TemplateError(f"{path}:{line}: default lacks {sorted(missing)}")
+    else:
+        template.default = {p.name: p.values[0] for p in template.parameters}
+
+
+def _check_names(path: str, line: int, expression: Expression, known: set[str]) -> None:
+    unknown = expression.names - known
+    if unknown:
+        raise TemplateError(
+            f"{path}:{line}: {expression.text!r} uses undefined name(s) {', '.join(sorted(unknown))}; "
+            f"defined here: {', '.join(sorted(known))}"
+        )
