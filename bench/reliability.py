@@ -63,7 +63,7 @@ def suite_files() -> list[str]:
 
 
 def _gpu() -> str:
-    from astra_kernels.tools.toolchain.device import local_arch
+    from astra_kernels.tools.toolchain.driver import local_arch
 
     arch = local_arch(0)
     return f"GPU {arch}" if arch else "no GPU"

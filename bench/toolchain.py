@@ -22,10 +22,11 @@ from datetime import datetime, timezone
 from rich.console import Console
 from rich.table import Table
 
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_many, nvrtc_version
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions, nvrtc_version
+from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.measuring import probes
-from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.toolchain.driver import gpu_available
 
 # A realistic memory-bound kernel shape: vectorised bf16 loads, fp32 math, an unrolled loop.
 VARIANT_SOURCE = r"""

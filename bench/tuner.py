@@ -35,7 +35,7 @@ from rich.table import Table
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.compiler import compile_many
-from astra_kernels.tools.toolchain.device import gpu_available, local_arch
+from astra_kernels.tools.toolchain.driver import gpu_available, local_arch
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round

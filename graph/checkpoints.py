@@ -22,7 +22,7 @@ from pathlib import Path
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from astra_kernels.nodes.shared.chat import redact
+from astra_kernels.redaction import redact
 from astra_kernels.tools.errors import AstraError
 
 READABLE = ("null", "bytes", "bytearray", "msgpack")  # what LangGraph writes; json is a legacy format

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import numpy as np
 
-from astra_kernels.tools.toolchain.compiler import CompileOptions
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, LaunchShape

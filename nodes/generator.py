@@ -15,30 +15,11 @@ from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.errors import AstraError
 
+from astra_kernels.nodes.shared.attempts import failed, feedback, next_id
 from astra_kernels.nodes.shared.chat import ask_code, make_chat_model, prompt
 from astra_kernels.nodes.shared.facts import describe
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
-
-
-def feedback(state: AgentState) -> str:
-    """The last failed attempt's message, for the model to fix."""
-    failed = state.get("candidate")
-    if not failed or failed.get("verdict") in (None, "pending", "passed"):
-        return ""
-    return (f"\nYour previous attempt (candidate {failed['id']}) failed: {failed['verdict']}:\n"
-            f"{failed['message'][:3000]}\nFix it.\n")
-
-
-def next_id(state: AgentState) -> int:
-    return len(state.get("history", [])) + 1
-
-
-def failed(state: AgentState, candidate: Candidate, node: str) -> dict:
-    """A finished, failed attempt: into the history, and counted against the retries."""
-    line = say(node, f"candidate {candidate.id} {candidate.verdict}: {candidate.message.splitlines()[0][:200]}")
-    return {"candidate": candidate.model_dump(), "history": [candidate.model_dump()],
-            "retries": state.get("retries", 0) + 1, "events": [line]}
 
 
 def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:

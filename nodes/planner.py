@@ -9,7 +9,6 @@ when the model does not answer at all (an outage mid-run). Spent budgets
 
 from __future__ import annotations
 
-import hashlib
 import time
 
 from langgraph.runtime import Runtime
@@ -17,15 +16,12 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Decision
 
+from astra_kernels.nodes.shared.attempts import template_key
 from astra_kernels.nodes.shared.chat import (
     MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt,
 )
 from astra_kernels.nodes.shared.facts import describe, tried
 from astra_kernels.nodes.shared.progress import say
-
-
-def template_key(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def rule_based(state: AgentState) -> Decision:

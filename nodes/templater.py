@@ -20,11 +20,11 @@ from astra_kernels.tools.templating.template import Exclusion
 
 from astra_kernels.nodes.shared.chat import ask_code, make_chat_model, prompt
 from astra_kernels.nodes.shared.facts import describe
-from .generator import failed, feedback, next_id
+from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
+from astra_kernels.nodes.shared.attempts import failed, feedback, next_id
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
 
-COMPILE_TIMEOUT_S = 150.0  # as the evaluation worker's default: half of its 300 s per evaluation
 
 
 def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:

@@ -11,7 +11,7 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
 
-from .generator import failed
+from astra_kernels.nodes.shared.attempts import failed
 from astra_kernels.nodes.shared.measure import evaluate
 from astra_kernels.nodes.shared.progress import say
 

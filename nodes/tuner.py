@@ -17,11 +17,10 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs import tuning
 from astra_kernels.tools.search.runner import Budget
 
-from .generator import failed, next_id
+from astra_kernels.nodes.shared.attempts import failed, next_id, template_key
 from astra_kernels.nodes.shared.measure import parse_candidate, stored_evaluator
-from .planner import template_key
 from astra_kernels.nodes.shared.progress import say
-from . import templater
+from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 
 
 def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -36,7 +35,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             say("tuner", label)
 
     # A model's template may compile for ever at some parameter values; the suite's own never does.
-    deadline = None if source == suite.load(state["kernel"]).template.source else templater.COMPILE_TIMEOUT_S
+    deadline = None if source == suite.load(state["kernel"]).template.source else COMPILE_TIMEOUT_S
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
                          budget=Budget(seconds=context.tune_seconds / len(shapes)), sample=context.tune_sample,
                          progress=progress, compile_timeout_s=deadline)

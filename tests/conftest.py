@@ -15,7 +15,7 @@ def _private_compile_cache(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
-    from astra_kernels.tools.toolchain.device import gpu_available
+    from astra_kernels.tools.toolchain.driver import gpu_available
 
     if any("gpu" in item.keywords for item in items) and not gpu_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU (none visible to the driver here)")

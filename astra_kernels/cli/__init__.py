@@ -25,19 +25,19 @@ def _parse_define(text: str) -> tuple[str, str]:
 
 def cmd_doctor(args) -> int:
     """Say what this machine can do: compile (NVRTC, headers) and launch (driver, GPU)."""
-    from astra_kernels.tools.toolchain import compiler, device, headers
+    from astra_kernels.tools.toolchain import device, driver, headers, nvrtc
     from astra_kernels.tools.errors import AstraError
 
     report: dict[str, object] = {"astra-kernels": __version__}
     ok = True
     try:
-        report["nvrtc"] = compiler.nvrtc_version()
-        report["nvrtc archs"] = ", ".join(f"sm_{a}" for a in compiler.supported_archs())
+        report["nvrtc"] = nvrtc.nvrtc_version()
+        report["nvrtc archs"] = ", ".join(f"sm_{a}" for a in nvrtc.supported_archs())
         report["cuda headers"] = str(headers.cuda_include_dir())
     except AstraError as exc:
         report["compile"] = f"unavailable: {exc}"
         ok = False
-    arch = device.local_arch(args.gpu)
+    arch = driver.local_arch(args.gpu)
     if arch is None:
         report["gpu"] = "none: compiling and CPU tests work here; launching, checking and timing need a GPU"
     else:
@@ -56,7 +56,8 @@ def cmd_doctor(args) -> int:
 
 def cmd_compile(args) -> int:
     """Compile a .cu file with NVRTC and print each kernel's registers, spills and shared memory."""
-    from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_source
+    from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+    from astra_kernels.tools.toolchain.compiler import compile_source
     from astra_kernels.tools.errors import CompileError
 
     path = Path(args.source)
@@ -137,7 +138,7 @@ def cmd_check(args) -> int:
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.measuring.worker import EvaluationWorker
     from astra_kernels.tools.toolchain.compiler import compile_many
-    from astra_kernels.tools.toolchain.device import gpu_available
+    from astra_kernels.tools.toolchain.driver import gpu_available
 
     folder = suite.load(args.kernel)
     shapes = _shapes(folder, args)
@@ -181,7 +182,8 @@ def cmd_check(args) -> int:
 def cmd_space(args) -> int:
     """Show a template's space at one shape shrinking: constraints, compile, hardware limits."""
     from astra_kernels.kernels_sglang import suite
-    from astra_kernels.tools.toolchain.device import Device, local_arch
+    from astra_kernels.tools.toolchain.device import Device
+    from astra_kernels.tools.toolchain.driver import local_arch
     from astra_kernels.tools.search.hardware import limits_for
     from astra_kernels.tools.search.space import build_space
 
@@ -218,7 +220,7 @@ def cmd_space(args) -> int:
 def cmd_tune(args) -> int:
     """Search the template's space at each shape on the local GPU; write the results and a report."""
     from astra_kernels.kernels_sglang import recordings, suite
-    from astra_kernels.tools.toolchain.device import gpu_available
+    from astra_kernels.tools.toolchain.driver import gpu_available
 
     folder = suite.load(args.kernel)
     spec = folder.spec
@@ -303,7 +305,7 @@ def cmd_verify(args) -> int:
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.jobs import tuning
     from astra_kernels.tools.measuring.worker import EvaluationWorker
-    from astra_kernels.tools.toolchain.device import gpu_available
+    from astra_kernels.tools.toolchain.driver import gpu_available
     from astra_kernels.tools.measuring.results import ResultsStore
     from astra_kernels.tools.search.runner import StoredEvaluator
 
@@ -385,7 +387,7 @@ def cmd_bench(args) -> int:
     from astra_kernels.jobs import benchmark
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.measuring.worker import EvaluationWorker
-    from astra_kernels.tools.toolchain.device import gpu_available
+    from astra_kernels.tools.toolchain.driver import gpu_available
 
     if args.from_json:
         report = benchmark.merge([benchmark.BenchReport.model_validate_json(Path(p).read_text())
@@ -471,7 +473,7 @@ def cmd_optimize(args) -> int:
     from astra_kernels.graph.checkpoints import sqlite_checkpointer
     from astra_kernels.kernels_sglang import recordings, suite
     from astra_kernels.nodes.reporter import render
-    from astra_kernels.tools.toolchain.device import gpu_available
+    from astra_kernels.tools.toolchain.driver import gpu_available
 
     folder = suite.load(args.kernel)
     out = Path(args.out or f"out/{folder.name}-agent")

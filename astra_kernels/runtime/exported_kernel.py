@@ -22,8 +22,10 @@ from pathlib import Path
 import numpy as np
 
 from astra_kernels.tools.toolchain import interop
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_source
-from astra_kernels.tools.toolchain.device import Device, DeviceBuffer, Kernel, check, gpu_available
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_source
+from astra_kernels.tools.toolchain.device import Device, DeviceBuffer, Kernel
+from astra_kernels.tools.toolchain.driver import check, gpu_available
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.errors import AstraError, LaunchArgumentError, NoGpuError
 from astra_kernels.tools.templating.expressions import Expression
@@ -31,7 +33,7 @@ from astra_kernels.tools.templating.template import Exclusion
 
 from astra_kernels.kernels_sglang import suite
 from .dispatch import DispatchTable
-from astra_kernels.jobs.exporting.cuda_file import MANIFEST, Binary, ExportError, Group, binary_key, shape_args
+from .export_format import FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args
 
 ALIGNMENT = 16  # bytes: the kernels load 16-byte vectors from each tensor's start
 
@@ -66,6 +68,10 @@ class ExportedKernel:
         if not path.is_file():
             raise ExportError(f"{self.folder} has no {MANIFEST}: give a folder written by `astra export`")
         self.manifest = json.loads(path.read_text())
+        version = self.manifest.get("format", 1)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise ExportError(f"{path} is export format {version!r}; this astra-kernels reads formats up to "
+                              f"{FORMAT_VERSION}: upgrade astra-kernels or export the table again")
         self.name = self.manifest["kernel"]
         self.table = DispatchTable.model_validate(self.manifest["table"])
         self.kernel_folder = suite.load(self.name)

@@ -31,6 +31,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from astra_kernels.redaction import redact
 from astra_kernels.tools.errors import AstraError
 
 PROMPTS = Path(__file__).parents[1] / "prompts"
@@ -47,20 +48,6 @@ class MalformedAnswer(AstraError):
 
 class ModelUnavailable(AstraError):
     """A request to the model failed after the client's own retries; the run goes on without it."""
-
-
-_SECRET_PATTERNS = (re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}"), re.compile(r"(?i)\bBearer\s+\S+"))
-
-
-def redact(text: str, *secrets: str | None) -> str:
-    """`text` without `secrets`, the environment's *_API_KEY / *_TOKEN values, key-shaped strings
-    (sk-..., Bearer ...) and the credentials of any URL in it."""
-    known = [v for k, v in os.environ.items() if k.endswith(("_API_KEY", "_TOKEN")) and len(v) >= 8]
-    for secret in sorted({s for s in (*secrets, *known) if s}, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub("[redacted]", text)
-    return re.sub(r"(\w+://)[^/\s@]+@", r"\1[redacted]@", text)
 
 
 def _endpoint(context) -> str:

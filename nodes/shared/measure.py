@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from astra_kernels.kernels_sglang import recordings, suite
-from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.toolchain.driver import gpu_available
 from astra_kernels.tools.errors import AstraError, NoGpuError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore

@@ -20,7 +20,7 @@ from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.graph.state import Candidate
 from astra_kernels.kernels_sglang.suite import UnknownKernelError
 from astra_kernels.tools.errors import NoGpuError
-from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.toolchain.driver import gpu_available
 
 SHAPES = [{"T": 16, "D": 4096}, {"T": 64, "D": 8192}]
 INPUT = {"kernel": "silu_and_mul", "shapes": SHAPES}

@@ -10,7 +10,7 @@ from astra_kernels import cli
 from astra_kernels.jobs import benchmark
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs.benchmark import BenchReport, BenchRow
-from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.toolchain.driver import gpu_available
 
 
 def _row(kernel, label, baseline, tuned, floor=1.0, **extra):

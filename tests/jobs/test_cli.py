@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from astra_kernels import cli
-from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.toolchain.driver import gpu_available
 
 SCALE = str(Path(__file__).parents[1] / "support" / "cuda" / "scale_bf16.cu")
 

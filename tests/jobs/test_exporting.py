@@ -19,6 +19,7 @@ import pytest
 from astra_kernels.cli import main
 from astra_kernels.jobs.exporting import cuda_file as export, guide as export_guide
 from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels.runtime import export_format
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.exported_kernel import load_callable
 from astra_kernels.tools.toolchain.compiler import compile_source
@@ -142,7 +143,7 @@ def built(exported, tmp_path_factory) -> dict[str, Path]:
     for kernel, folder in exported.items():
         manifest = _manifest(folder)
         objects = []
-        for args, name in export.object_builds(kernel, [export.Group(**g) for g in manifest["groups"]], "sm_90"):
+        for args, name in export.object_builds(kernel, [export_format.Group(**g) for g in manifest["groups"]], "sm_90"):
             build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
             assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
             objects.append(str(folder / name))
@@ -264,30 +265,30 @@ def test_kernels_needing_different_flags_build_per_group(tmp_path):
 def test_bad_sources_say_what_is_wrong(tmp_path, monkeypatch):
     with pytest.raises(suite.UnknownKernelError, match="unknown kernel 'nosuch'"):
         export.resolve_source(None, "h200", "nosuch")
-    with pytest.raises(export.ExportError, match="no tables are shipped for GPU kind 'a100'"):
+    with pytest.raises(export_format.ExportError, match="no tables are shipped for GPU kind 'a100'"):
         export.resolve_source(None, "a100", "rmsnorm")
-    with pytest.raises(export.ExportError, match="no h200 table is shipped for topk_softmax"):
+    with pytest.raises(export_format.ExportError, match="no h200 table is shipped for topk_softmax"):
         shipped = tmp_path / "shipped"
         (shipped / "h200").mkdir(parents=True)
         (shipped / "h200" / "rmsnorm.json").write_text((tuned_tables.TUNED_DIR / "h200" / "rmsnorm.json").read_text())
         monkeypatch.setattr(tuned_tables, "TUNED_DIR", shipped)
         export.resolve_source(None, "h200", "topk_softmax")
     monkeypatch.undo()
-    with pytest.raises(export.ExportError, match="has no dispatch.json"):
+    with pytest.raises(export_format.ExportError, match="has no dispatch.json"):
         export.resolve_source(tmp_path)
-    with pytest.raises(export.ExportError, match="does not exist"):
+    with pytest.raises(export_format.ExportError, match="does not exist"):
         export.resolve_source(tmp_path / "missing")
-    with pytest.raises(export.ExportError, match="--gpu-kind with --kernel"):
+    with pytest.raises(export_format.ExportError, match="--gpu-kind with --kernel"):
         export.resolve_source(None, "h200", None)
     (tmp_path / "dispatch.json").write_text("{}")
-    with pytest.raises(export.ExportError, match="holds no dispatch table"):
+    with pytest.raises(export_format.ExportError, match="holds no dispatch table"):
         export.resolve_source(tmp_path)
     table = json.loads((tuned_tables.TUNED_DIR / "h200" / "rmsnorm.json").read_text())
     table["entries"][0]["config"]["ROW_THREADS"] = 48
     (tmp_path / "dispatch.json").write_text(json.dumps(table))
-    with pytest.raises(export.ExportError, match="ROW_THREADS=48 is not among the template's values"):
+    with pytest.raises(export_format.ExportError, match="ROW_THREADS=48 is not among the template's values"):
         export.export(export.resolve_source(tmp_path), tmp_path / "out")
-    with pytest.raises(export.ExportError, match="a table of rmsnorm, not silu_and_mul"):
+    with pytest.raises(export_format.ExportError, match="a table of rmsnorm, not silu_and_mul"):
         export.resolve_source(tmp_path, kernel="silu_and_mul")
 
 
@@ -341,7 +342,7 @@ def test_callable_checks_each_argument(exported):
     assert silu._shape([_view((3, 2000)), _view((3, 1000))]) == {"T": 3, "D": 1000}
     with pytest.raises(LaunchArgumentError, match=r"argument x has shape \(3, 2001\)"):
         silu._shape([_view((3, 2001)), _view((3, 1000))])
-    with pytest.raises(export.ExportError, match="no export.json"):
+    with pytest.raises(export_format.ExportError, match="no export.json"):
         load_callable(exported["rmsnorm"].parent)
 
 
@@ -366,3 +367,20 @@ def test_guide_wrapper_falls_back_to_sgl_kernel_outside_the_export(kernel):
     args = {"rmsnorm": (x, x[0], 1e-6), "fused_add_rmsnorm": (x, x.clone(), x[0], 1e-6), "silu_and_mul": (x,),
             "merge_attn_states": (x.view(4, 2, 32), torch.zeros(4, 2), x.view(4, 2, 32), torch.zeros(4, 2))}[kernel]
     assert wrapper(*args) == "from sgl_kernel" and calls == ["original"]
+
+
+def test_export_json_names_its_format_and_a_newer_format_is_refused_by_name(tmp_path):
+    """export.json carries the format version the writer used; a folder from a newer writer is
+    one clear error, and a folder from before the field (format 1) still loads."""
+    source = export.resolve_source(None, gpu_kind="h200", kernel="rmsnorm")
+    export.export(source, tmp_path / "out")
+    manifest_path = tmp_path / "out" / "export.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["format"] == export_format.FORMAT_VERSION
+    del manifest["format"]
+    manifest_path.write_text(json.dumps(manifest))
+    assert load_callable(tmp_path / "out").name == "rmsnorm"
+    manifest["format"] = export_format.FORMAT_VERSION + 1
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(export_format.ExportError, match=f"export format {export_format.FORMAT_VERSION + 1}"):
+        load_callable(tmp_path / "out")

@@ -17,6 +17,7 @@ import pytest
 from astra_kernels.jobs.exporting import cuda_file as export, guide as export_guide
 from astra_kernels.jobs import torch_tensors as peers
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.runtime import export_format
 from astra_kernels.runtime.exported_kernel import load_callable
 from astra_kernels.tools.measuring.correctness import compare, unchanged
 
@@ -65,7 +66,7 @@ class Case:
                 self.tensors[p.name] = torch.full(p.shape, float("nan"), dtype=TORCH_DTYPES[p.dtype], device="cuda")
             else:
                 self.tensors[p.name] = peers.to_torch(self.inputs[p.name], "cuda")
-        carried = set(export.shape_args(self.folder.spec).values())
+        carried = set(export_format.shape_args(self.folder.spec).values())
         self.scalars = {p.name: p.value for p in self.problem.params if not p.is_buffer and p.name not in carried}
         self.label = f"{kernel} {self.folder.spec.label(shape)}"
 
@@ -124,7 +125,7 @@ def libraries(folders, tmp_path_factory):
     root = tmp_path_factory.mktemp("libs")
     libs = {}
     for kernel, folder in folders.items():
-        groups = [export.Group(**g) for g in json.loads((folder / "export.json").read_text())["groups"]]
+        groups = [export_format.Group(**g) for g in json.loads((folder / "export.json").read_text())["groups"]]
         objects = []
         for args, name in export.object_builds(kernel, groups, "sm_90"):
             build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)

@@ -11,7 +11,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import tuning
-from astra_kernels.tools.toolchain.device import gpu_available
+from astra_kernels.tools.toolchain.driver import gpu_available
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore

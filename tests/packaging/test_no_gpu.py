@@ -8,8 +8,10 @@ import pytest
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.measuring import probes
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_source
-from astra_kernels.tools.toolchain.device import Device, Kernel, gpu_available, local_arch
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_source
+from astra_kernels.tools.toolchain.device import Device, Kernel
+from astra_kernels.tools.toolchain.driver import gpu_available, local_arch
 from astra_kernels.tools.errors import LaunchArgumentError
 
 pytestmark = pytest.mark.skipif(gpu_available(), reason="checks the behaviour of a machine with no GPU")

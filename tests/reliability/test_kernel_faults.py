@@ -20,7 +20,9 @@ from support import faulty
 from astra_kernels.tools.toolchain import compiler_process
 from astra_kernels.tools.measuring import sanitizer
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
-from astra_kernels.tools.toolchain.compiler import CompileOptions, _key_and_flags, compile_many, compile_source
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_many, compile_source
+from astra_kernels.tools.toolchain.nvrtc import key_and_flags
 from astra_kernels.tools.measuring.correctness import POISON_BYTE, timed_outputs
 from astra_kernels.tools.errors import CompileError, CompileTimeoutError
 from astra_kernels.tools.measuring.evaluation import evaluate
@@ -52,7 +54,7 @@ def test_a_compile_that_never_ends_is_cut_off_and_the_next_compile_works(tmp_pat
     assert time.perf_counter() - started < CUT_OFF_WITHIN_S
     child = compiler_process._SHARED
     assert child.kills >= 1 and child.pid is None  # the compiling process is gone
-    assert cache.get(_key_and_flags(endless, OPTIONS, "kernel.cu")[0]) is None  # a timeout is not cached
+    assert cache.get(key_and_flags(endless, OPTIONS, "kernel.cu")[0]) is None  # a timeout is not cached
 
     short = compile_source(faulty.endless_source(lines=3), OPTIONS, cache=cache, timeout_s=60)
     assert "scale" in short.kernels  # the same source, only shorter, is valid: its length is the fault
@@ -278,12 +280,12 @@ class _HostDevice:
 def host_gpu(monkeypatch):
     """evaluate() on host memory: the real buffers, guard bands and checks; the timing
     replaced by a few plain launches of the emulated kernel."""
-    from astra_kernels.tools.toolchain import device
+    from astra_kernels.tools.toolchain import driver
     from astra_kernels.tools.measuring import evaluation
     from astra_kernels.tools.toolchain.timing import Timing
 
     host = _HostDriver()
-    monkeypatch.setattr(device, "_driver", lambda: host)
+    monkeypatch.setattr(driver, "api", lambda: host)
 
     def launches_only(_device, enqueue, *, launches, input_sets, **_):
         for i in range(launches):
@@ -346,7 +348,7 @@ def test_launch_shapes_beyond_the_limits_are_refused_with_the_limit(monkeypatch)
     refusal names the limit, where the driver itself would say only CUDA_ERROR_INVALID_VALUE."""
     from cuda.bindings import driver as real
 
-    from astra_kernels.tools.toolchain import device as device_module
+    from astra_kernels.tools.toolchain import device as device_module, driver as driver_module
     from astra_kernels.tools.errors import LaunchArgumentError
 
     limits = {"MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
@@ -359,7 +361,7 @@ def test_launch_shapes_beyond_the_limits_are_refused_with_the_limit(monkeypatch)
         cuDeviceGetAttribute=lambda a, d: (ok, limits[a.name.removeprefix("CU_DEVICE_ATTRIBUTE_")]),
         cuFuncGetAttribute=lambda a, f: (ok, kernel_facts[a.name.removeprefix("CU_FUNC_ATTRIBUTE_")]),
     )
-    monkeypatch.setattr(device_module, "_driver", lambda: fake)
+    monkeypatch.setattr(driver_module, "api", lambda: fake)
     gpu = device_module.Device.__new__(device_module.Device)
     gpu.device = 0
     gpu.properties = SimpleNamespace(max_threads_per_block=1024, max_shared_per_block_optin=232448)

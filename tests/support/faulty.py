@@ -128,7 +128,7 @@ def _scale_case(n: int, seed: int) -> Case:
 
 def scale_request(variant: int, n: int = 1_000_003, kernel: str = "scale", source: str = SCALE_SOURCE,
                   extra: tuple[str, ...] = ()) -> EvaluationRequest:
-    from astra_kernels.tools.toolchain.compiler import CompileOptions
+    from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 
     problem = Problem(
         params=[Param("x", "in", "bf16", (n,)), Param("y", "out", "bf16", (n,)),

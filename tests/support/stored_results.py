@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from astra_kernels.tools.measuring.correctness import Check
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
-from astra_kernels.tools.toolchain.compiler import KernelInfo
+from astra_kernels.tools.toolchain.nvrtc import KernelInfo
 from astra_kernels.tools.toolchain.resources import ResourceUsage
 from astra_kernels.tools.toolchain.timing import Timing
 

@@ -18,7 +18,8 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from astra_kernels.tools.toolchain import pdl
-from astra_kernels.tools.toolchain.compiler import CompileOptions, KernelInfo, compile_source
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions, KernelInfo
+from astra_kernels.tools.toolchain.compiler import compile_source
 from .correctness import POISON_BYTE, Check, compare, outputs_differ, timed_outputs, unchanged
 from astra_kernels.tools.toolchain.device import Device, DeviceArena, DeviceBuffer, Kernel
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype

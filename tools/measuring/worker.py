@@ -21,6 +21,9 @@ from .evaluation import EvaluationRequest, EvaluationResult
 
 _READY = "ready"
 
+EVALUATION_TIMEOUT_S = 300.0  # one evaluation (compile, checks, timing) before the worker is replaced
+COMPILE_TIMEOUT_S = EVALUATION_TIMEOUT_S / 2  # a compile that never ends is named before the evaluation times out
+
 
 @dataclass(frozen=True)
 class _Call:
@@ -79,7 +82,7 @@ def _serve(conn, device_index: int) -> None:
 class EvaluationWorker:
     """Parent side. `evaluate` always returns a result; only a missing GPU raises."""
 
-    def __init__(self, device_index: int = 0, timeout_s: float = 300.0, start_timeout_s: float = 120.0,
+    def __init__(self, device_index: int = 0, timeout_s: float = EVALUATION_TIMEOUT_S, start_timeout_s: float = 120.0,
                  compile_timeout_s: float | None = None):
         """`compile_timeout_s`: how long NVRTC may take for one candidate before its process is
         killed and the candidate recorded as compile_timeout, the worker kept; None gives half of

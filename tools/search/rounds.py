@@ -20,23 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
-
-from pydantic import BaseModel
-
-from .runner import Trial
+from .runner import RoundPlan, Trial
 from .space import Candidate
 
 STARVED_FRACTION = 0.6  # under this fraction of copy bandwidth with an idle GPU: more CTAs
 HIDDEN_FRACTION = 0.8  # under this fraction with few resident warps: more warps
 FEW_WARPS = 0.5  # resident warps over the SM's maximum
 NEAR_BEST = 0.05  # "within a few percent of the best"
-
-
-class RoundPlan(BaseModel):
-    action: Literal["narrow", "widen", "stop"]
-    reasons: list[str]
-    candidates: list[dict[str, int]]
 
 
 def _key(config: dict[str, int]) -> tuple:

@@ -12,16 +12,13 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
 from .strategies import Strategy, make_strategy
-
-if TYPE_CHECKING:
-    from .rounds import RoundPlan
 
 
 class Evaluator(Protocol):
@@ -128,6 +125,14 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
             progress(trial)
     outcome.seconds = time.perf_counter() - started
     return outcome
+
+
+class RoundPlan(BaseModel):
+    """What the next round of a search measures, and why (rounds.plan_round decides it)."""
+
+    action: Literal["narrow", "widen", "stop"]
+    reasons: list[str]
+    candidates: list[dict[str, int]]
 
 
 class RoundPlanner(Protocol):

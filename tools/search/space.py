@@ -14,7 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_many
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_many
 from .hardware import Limits, Occupancy, occupancy, prune_reason
 from astra_kernels.tools.toolchain.resources import ResourceUsage
 from astra_kernels.tools.templating.template import Exclusion, Template

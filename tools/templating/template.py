@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from astra_kernels.tools.toolchain.compiler import CompileOptions
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.errors import AstraError
 from .expressions import Expression, ExpressionError
 

@@ -13,8 +13,11 @@ import statistics
 
 import numpy as np
 
-from .compiler import CompileOptions, compile_source
-from .device import Device, DeviceBuffer, _driver, check
+from .nvrtc import CompileOptions
+from .compiler import compile_source
+from . import driver as cu
+from .device import Device, DeviceBuffer
+from .driver import check
 from .timing import Events, time_graph
 
 COPY_SOURCE = r"""
@@ -31,7 +34,7 @@ CEILING_BYTES = 1 << 30
 
 def memcpy_bandwidth(device: Device, nbytes: int = CEILING_BYTES, repeats: int = 10) -> float:
     """Bytes/s (read + written) of cuMemcpyDtoDAsync, median of `repeats` after one warm-up."""
-    driver = _driver()
+    driver = cu.api()
     src, dst = DeviceBuffer(nbytes), DeviceBuffer(nbytes)
     events = Events()
     try:

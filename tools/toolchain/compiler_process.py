@@ -20,7 +20,7 @@ import threading
 import time
 from multiprocessing.connection import Connection
 
-from .compiler import CompiledModule, CompileOptions, Diagnostic
+from .nvrtc import CompiledModule, CompileOptions, Diagnostic
 from astra_kernels.tools.errors import CompileError, CompileTimeoutError, ToolchainError
 
 START_TIMEOUT_S = 120.0
@@ -155,7 +155,7 @@ def _serve(read_fd: int, write_fd: int) -> None:
     requests, answers = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     try:
         from .compile_cache import CompileCache
-        from .compiler import compile_source
+        from .nvrtc import compile_here
     except Exception as exc:  # a broken installation: said once, at start
         answers.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -166,8 +166,7 @@ def _serve(read_fd: int, write_fd: int) -> None:
         except EOFError:
             return
         try:
-            module = compile_source(source, options, name=name,
-                                    cache=CompileCache(cache_dir) if cache_dir else False)
+            module = compile_here(source, options, name=name, cache=CompileCache(cache_dir) if cache_dir else None)
         except CompileError as exc:
             answers.send(("compile_error", (str(exc), exc.log, [d.model_dump() for d in exc.diagnostics])))
         except Exception as exc:

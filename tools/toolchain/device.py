@@ -6,80 +6,15 @@ only CUDA context; a fault poisons that context, and the worker is what gets rep
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from .compiler import CompiledModule, KernelInfo
+from . import driver as cu
+from .driver import check
+from .nvrtc import CompiledModule, KernelInfo
 from astra_kernels.tools.errors import LaunchArgumentError, LaunchError, NoGpuError
-
-
-def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError as exc:
-        raise NoGpuError(f"cuda-python's driver bindings are missing: {exc}") from exc
-    return driver
-
-
-def check(result, what: str = "CUDA call"):
-    """Unwrap a cuda-python (err, *values) tuple, raising LaunchError on failure."""
-    driver = _driver()
-    if isinstance(result, tuple):
-        err, *values = result
-    else:
-        err, values = result, []
-    if err != driver.CUresult.CUDA_SUCCESS:
-        _, name = driver.cuGetErrorName(err)
-        _, text = driver.cuGetErrorString(err)
-        raise LaunchError(
-            f"{what}: {name.decode() if name else err} ({text.decode() if text else ''})"
-        )
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-@functools.cache
-def _init_driver() -> int:
-    """Initialise the driver once; return the device count or raise NoGpuError."""
-    try:
-        driver = _driver()
-        (err,) = driver.cuInit(0)
-    except NoGpuError:
-        raise
-    except Exception as exc:  # libcuda.so absent: the loader raises its own error type
-        raise NoGpuError(f"no NVIDIA driver on this machine ({exc})") from exc
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise NoGpuError(f"the CUDA driver did not initialise: {err}")
-    count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
-    if count == 0:
-        raise NoGpuError("the CUDA driver sees no device")
-    return count
-
-
-def gpu_available() -> bool:
-    try:
-        _init_driver()
-    except NoGpuError:
-        return False
-    return True
-
-
-def local_arch(index: int = 0) -> str | None:
-    """`sm_XY` of the local device, or None when there is none (compiling still works)."""
-    try:
-        _init_driver()
-    except NoGpuError:
-        return None
-    driver = _driver()
-    attr = driver.CUdevice_attribute
-    device = check(driver.cuDeviceGet(index))
-    major = check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
-    minor = check(driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
-    return f"sm_{major}{minor}"
 
 
 @dataclass(frozen=True)
@@ -105,7 +40,7 @@ class DeviceBuffer:
 
     def __init__(self, nbytes: int):
         self.nbytes = max(int(nbytes), 1)
-        self.ptr = int(check(_driver().cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
+        self.ptr = int(check(cu.api().cuMemAlloc(self.nbytes), f"cuMemAlloc({self.nbytes})"))
         self._owner = True
 
     @classmethod
@@ -119,21 +54,21 @@ class DeviceBuffer:
         data = np.ascontiguousarray(array)
         if data.nbytes > self.nbytes:
             raise LaunchArgumentError(f"{data.nbytes} bytes do not fit a {self.nbytes}-byte buffer")
-        check(_driver().cuMemcpyHtoD(self.ptr, data.ctypes.data, data.nbytes), "upload")
-        check(_driver().cuCtxSynchronize(), "upload")
+        check(cu.api().cuMemcpyHtoD(self.ptr, data.ctypes.data, data.nbytes), "upload")
+        check(cu.api().cuCtxSynchronize(), "upload")
 
     def download(self, dtype, shape) -> np.ndarray:
         out = np.empty(shape, dtype=dtype)
-        check(_driver().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "download")
+        check(cu.api().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "download")
         return out
 
     def fill_bytes(self, byte: int) -> None:
-        check(_driver().cuMemsetD8(self.ptr, byte, self.nbytes), "memset")
-        check(_driver().cuCtxSynchronize(), "memset")
+        check(cu.api().cuMemsetD8(self.ptr, byte, self.nbytes), "memset")
+        check(cu.api().cuCtxSynchronize(), "memset")
 
     def close(self) -> None:
         if self.ptr and self._owner:
-            _driver().cuMemFree(self.ptr)
+            cu.api().cuMemFree(self.ptr)
         self.ptr = 0
 
     def __del__(self):
@@ -215,10 +150,10 @@ class Device:
     """The process's CUDA context on one device (the primary context), and a stream."""
 
     def __init__(self, index: int = 0):
-        count = _init_driver()
+        count = cu.init()
         if not 0 <= index < count:
             raise NoGpuError(f"GPU index {index} requested, but the driver sees {count} device(s)")
-        driver = _driver()
+        driver = cu.api()
         self.index = index
         self.device = check(driver.cuDeviceGet(index))
         self.context = check(driver.cuDevicePrimaryCtxRetain(self.device), "retain context")
@@ -230,7 +165,7 @@ class Device:
         self._modules: list = []
 
     def _properties(self) -> DeviceProperties:
-        driver = _driver()
+        driver = cu.api()
         attr = driver.CUdevice_attribute
 
         def get(a):
@@ -255,7 +190,7 @@ class Device:
             raise LaunchError(
                 f"module compiled for {module.arch} cannot run on this {self.properties.arch} device"
             )
-        handle = check(_driver().cuModuleLoadData(module.cubin), "cuModuleLoadData")
+        handle = check(cu.api().cuModuleLoadData(module.cubin), "cuModuleLoadData")
         self._modules.append(handle)
         return handle
 
@@ -263,17 +198,17 @@ class Device:
         """Load a compiled module's cubin and return one of its kernels."""
         info = module.kernel(name)  # KernelNotFoundError before touching the driver
         handle = self._load_module(module)
-        return Kernel(check(_driver().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
+        return Kernel(check(cu.api().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
 
     def load_all(self, module: CompiledModule) -> dict[str, Kernel]:
         """Load a module's cubin once and return all its kernels (an exported file holds many)."""
         handle = self._load_module(module)
-        return {name: Kernel(check(_driver().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
+        return {name: Kernel(check(cu.api().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
                 for name, info in module.kernels.items()}
 
     def set_dynamic_shared(self, kernel: Kernel, nbytes: int) -> None:
         """Allow `nbytes` of dynamic shared memory (needed above 48 KB)."""
-        driver = _driver()
+        driver = cu.api()
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(driver.cuFuncSetAttribute(kernel.function, attr, int(nbytes)), "dynamic shared memory")
 
@@ -284,7 +219,7 @@ class Device:
         LAUNCH_OUT_OF_RESOURCES with no word of which limit; asked once per evaluation, not per
         launch, since stream timing measures the launch path.
         """
-        driver = _driver()
+        driver = cu.api()
         attr, fattr = driver.CUdevice_attribute, driver.CUfunction_attribute
 
         def device_limit(name: str) -> int:
@@ -316,7 +251,7 @@ class Device:
     def context_error(self) -> str | None:
         """None while the context is usable; the sticky error once a kernel has faulted in it."""
         try:
-            check(_driver().cuCtxSynchronize(), "context")
+            check(cu.api().cuCtxSynchronize(), "context")
         except LaunchError as exc:
             return str(exc)
         return None
@@ -324,7 +259,7 @@ class Device:
     def occupancy(self, kernel: Kernel, block_threads: int, dynamic_shared: int = 0) -> int:
         """Resident blocks per multiprocessor for this block size, from the driver."""
         return int(check(
-            _driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            cu.api().cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 kernel.function, int(block_threads), int(dynamic_shared)
             ),
             "occupancy",
@@ -343,16 +278,16 @@ class Device:
         _holders, pointers = kernel.pack_args(args)
         stream = stream if stream is not None else self.stream
         if pdl:
-            check(_driver().cuLaunchKernelEx(_pdl_config(grid, block, shared, stream), kernel.function,
+            check(cu.api().cuLaunchKernelEx(_pdl_config(grid, block, shared, stream), kernel.function,
                                              pointers.ctypes.data, 0), f"launch {kernel.name} (PDL)")
             return
         check(
-            _driver().cuLaunchKernel(kernel.function, *grid, *block, int(shared), stream, pointers.ctypes.data, 0),
+            cu.api().cuLaunchKernel(kernel.function, *grid, *block, int(shared), stream, pointers.ctypes.data, 0),
             f"launch {kernel.name}",
         )
 
     def synchronize(self, stream=None) -> None:
-        check(_driver().cuStreamSynchronize(stream if stream is not None else self.stream), "synchronize")
+        check(cu.api().cuStreamSynchronize(stream if stream is not None else self.stream), "synchronize")
 
     def upload(self, array: np.ndarray) -> DeviceBuffer:
         buf = DeviceBuffer(array.nbytes)
@@ -362,7 +297,7 @@ class Device:
 
 def _pdl_config(grid, block, shared: int, stream):
     """A launch configuration carrying the programmatic-stream-serialization attribute."""
-    driver = _driver()
+    driver = cu.api()
     attribute = driver.CUlaunchAttribute()
     attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attribute.value.programmaticStreamSerializationAllowed = 1

@@ -160,7 +160,7 @@ def device_of(ptr: int) -> int:
     """The ordinal of the GPU holding `ptr` (__cuda_array_interface__ does not say), from the driver."""
     from cuda.bindings import driver
 
-    from .device import check
+    from .driver import check
 
     attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     return int(check(driver.cuPointerGetAttribute(attr, ptr), f"the device of pointer {ptr:#x}"))

@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
 
-from .device import Device, _driver, check
+from . import driver as cu
+from .device import Device
+from .driver import check
 
 COLD_BYTES = 256 << 20  # the rotating sets together exceed any current L2 several times
 
@@ -35,24 +37,24 @@ class Events:
     """A pair of CUDA events around work on a stream."""
 
     def __init__(self):
-        driver = _driver()
+        driver = cu.api()
         flags = driver.CUevent_flags.CU_EVENT_DEFAULT
         self.start = check(driver.cuEventCreate(flags), "event")
         self.stop = check(driver.cuEventCreate(flags), "event")
 
     def record_start(self, stream) -> None:
-        check(_driver().cuEventRecord(self.start, stream), "record")
+        check(cu.api().cuEventRecord(self.start, stream), "record")
 
     def record_stop(self, stream) -> None:
-        check(_driver().cuEventRecord(self.stop, stream), "record")
+        check(cu.api().cuEventRecord(self.stop, stream), "record")
 
     def elapsed_ms(self) -> float:
-        driver = _driver()
+        driver = cu.api()
         check(driver.cuEventSynchronize(self.stop), "event synchronize")
         return float(check(driver.cuEventElapsedTime(self.start, self.stop), "elapsed"))
 
     def close(self) -> None:
-        driver = _driver()
+        driver = cu.api()
         driver.cuEventDestroy(self.start)
         driver.cuEventDestroy(self.stop)
 
@@ -85,7 +87,7 @@ def time_graph(
     `enqueue(i)` must put exactly the work of one kernel call on `device.stream`, reading input
     set i % input_sets. Returns per-launch microseconds.
     """
-    driver = _driver()
+    driver = cu.api()
     stream = device.stream
     mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
     check(driver.cuStreamBeginCapture(stream, mode), "begin capture")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,23 +30,22 @@ from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
-from astra_kernels.tools.templating.template import Exclusion, Instance, Template
+from astra_kernels.tools.templating.template import Exclusion, Template
 
 from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
+from . import guide
+from astra_kernels.runtime.export_format import (
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args,
+)
 
 DEFAULT_ARCH = "sm_90"
-MANIFEST = "export.json"
 
 # C types of the element types a signature may name.
 C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp64": "double",
            "fp8_e4m3": "__nv_fp8_e4m3", "fp8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
            "uint8": "unsigned char", "int32": "int", "uint32": "unsigned int", "int64": "long long",
            "uint64": "unsigned long long"}
-
-
-class ExportError(AstraError):
-    """A source that cannot be exported, with what is wrong with it."""
 
 
 @dataclass(frozen=True)
@@ -67,37 +66,6 @@ class TableSource:
             return str(self.path)
 
 
-@dataclass
-class Binary:
-    """One kernel of the exported file: a source at a configuration with its shape-derived defines."""
-
-    name: str
-    source: str  # "template" or "baseline"
-    config: dict[str, int]
-    derived: dict[str, int]
-    fast_math: bool
-    max_registers: int  # 0: no cap
-    group: int = 0
-    shapes: list[str] = field(default_factory=list)  # covered shapes whose pick it is
-    at: str = ""  # the first covered shape where it takes these defines (where to rebuild it from the template)
-
-    def key(self) -> tuple:
-        return (self.source, tuple(self.config.values()), tuple(self.derived.values()),
-                int(self.fast_math), self.max_registers)
-
-
-@dataclass(frozen=True)
-class Group:
-    """Binaries compiled with the same flags (nvcc cannot mix fast math within one file)."""
-
-    fast_math: bool
-    max_registers: int
-
-    def nvcc_flags(self) -> list[str]:
-        return (["--use_fast_math"] if self.fast_math else []) + (
-            [f"-maxrregcount={self.max_registers}"] if self.max_registers else [])
-
-
 def object_builds(kernel: str, groups: list[Group], arch: str) -> list[tuple[list[str], str]]:
     """nvcc's arguments for each object of the exported `<kernel>.cu`, one per flag group, and the
     object's name: the commands the file's header gives (a single group needs no ASTRA_GROUP).
@@ -109,15 +77,6 @@ def object_builds(kernel: str, groups: list[Group], arch: str) -> list[tuple[lis
         builds.append(([f"-arch={arch}", "-std=c++17", *group.nvcc_flags(), *select, "-Xcompiler", "-fPIC",
                         "-c", f"{kernel}.cu", "-o", name], name))
     return builds
-
-
-def binary_key(folder: suite.KernelFolder, source: str, config: dict[str, int], instance: Instance) -> tuple:
-    """What makes two picks the same binary: the source, its parameters, the values its `derive`
-    lines give at the shape, and the compile flags the template sets there."""
-    template = folder.source_of(source)
-    derived = tuple(int(instance.defines[d.name]) for d in template.derived)
-    values = tuple(int(config[p]) for p in template.names) if source == "template" else ()
-    return (source, values, derived, int(instance.fast_math), int(instance.max_registers or 0))
 
 
 # --- the source table -------------------------------------------------------------------------
@@ -217,19 +176,6 @@ def check_table(table: DispatchTable, folder: suite.KernelFolder) -> None:
         if set(entry.shape) != set(spec.symbols) or any(v < 1 for v in entry.shape.values()):
             raise ExportError(f"{table.kernel}: entry shape {entry.shape} must set {spec.symbols} to positive sizes")
     shape_args(spec)
-
-
-def shape_args(spec) -> dict[str, str]:
-    """Each shape symbol and the scalar argument that carries it (tokens -> T, ...)."""
-    carriers = {}
-    for arg in spec.args:
-        if arg.role == "scalar" and arg.value and arg.value.strip() in spec.symbols:
-            carriers.setdefault(arg.value.strip(), arg.name)
-    missing = [s for s in spec.symbols if s not in carriers]
-    if missing:
-        raise ExportError(f"{spec.name}: no scalar argument carries {', '.join(missing)}, so a C launcher "
-                          "cannot tell the shape from its arguments")
-    return {s: carriers[s] for s in spec.symbols}
 
 
 def plan_binaries(table: DispatchTable, folder: suite.KernelFolder, shapes: list[dict[str, int]],
@@ -889,8 +835,6 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
            arch: str = DEFAULT_ARCH, command: str | None = None) -> ExportResult:
     """Write `<kernel>.cu` with its `<kernel>.h`, `<kernel>_launch.py`, `README.md`, `export.json` and
     `dispatch.json` to `out`."""
-    from . import guide as export_guide
-
     table = source.table
     folder = suite.load(table.kernel)
     check_table(table, folder)
@@ -910,7 +854,7 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
              out / f"{k}.h"]
     files[0].write_text(render_cu(source, folder, binaries, groups, covered, unrunnable, arch, command, sms))
     manifest = {
-        "kernel": k, "dtype": table.dtype, "variant": table.variant, "arch": arch, "sms": sms,
+        "format": FORMAT_VERSION, "kernel": k, "dtype": table.dtype, "variant": table.variant, "arch": arch, "sms": sms,
         "source_table": source.shown, "tuned_on": source.device, "tuned_date": source.tuned_date,
         "command": command, "exported": datetime.now(UTC).isoformat(timespec="seconds"),
         "astra_kernels": __version__, "cu": files[0].name,
@@ -923,6 +867,6 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     files[3].write_text(json.dumps(manifest, indent=2))
     files[4].write_text(table.model_dump_json(indent=2))
     files[5].write_text(render_header(table, folder))
-    files[1].write_text(export_guide.launcher_py(k, folder, table.dtype))
-    files[2].write_text(export_guide.readme(manifest, folder, groups))
+    files[1].write_text(guide.launcher_py(k, folder, table.dtype))
+    files[2].write_text(guide.readme(manifest, folder, groups))
     return ExportResult(out, files, binaries, groups, unrunnable)

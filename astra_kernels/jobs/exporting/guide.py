@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
-from .cuda_file import Group, shape_args
+from astra_kernels.runtime.export_format import Group, shape_args
 
 
 @dataclass(frozen=True)

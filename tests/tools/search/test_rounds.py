@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from astra_kernels.tools.toolchain.compiler import CompileOptions
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.search.hardware import Occupancy
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.toolchain.resources import ResourceUsage

@@ -92,7 +92,7 @@ def test_at_least_evaluations_outlast_the_seconds(store):
 
 
 def test_at_least_is_shared_by_the_rounds(store):
-    from astra_kernels.tools.search.rounds import RoundPlan
+    from astra_kernels.tools.search.runner import RoundPlan
     from astra_kernels.tools.search.runner import search_rounds
 
     def plan(trials):

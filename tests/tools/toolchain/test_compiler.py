@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_many, compile_source
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_many, compile_source
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.errors import CompileError, KernelNotFoundError, UnknownArchError
 

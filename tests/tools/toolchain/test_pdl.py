@@ -8,7 +8,8 @@ import pytest
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.toolchain import pdl
-from astra_kernels.tools.toolchain.compiler import _key_and_flags, _nvrtc_compile, compile_source
+from astra_kernels.tools.toolchain.compiler import compile_source
+from astra_kernels.tools.toolchain.nvrtc import _nvrtc_compile, key_and_flags
 from astra_kernels.tools.measuring.results import evaluation_key
 
 TWO = r"""
@@ -41,7 +42,7 @@ def test_suite_kernels_compile_pdl_ready(kernel, which):
     for arch in ("sm_90", "sm_80"):
         module = compile_source(source, request.options.model_copy(update={"arch": arch}))
         assert module.kernel(request.kernel).resources.registers > 0
-    _key, flags, _arch = _key_and_flags(source, request.options.model_copy(update={"arch": "sm_90"}), "k.cu")
+    _key, flags, _arch = key_and_flags(source, request.options.model_copy(update={"arch": "sm_90"}), "k.cu")
     ok, log, _cubin, ptx = _nvrtc_compile(source, "k.cu", flags, request.options.headers)
     assert ok, log
     assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx

@@ -11,7 +11,8 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.toolchain import pdl
 from astra_kernels.tools.measuring import probes
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_source
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.toolchain.device import Device, DeviceBuffer
 from astra_kernels.tools.toolchain.timing import time_graph
 

@@ -13,7 +13,8 @@ import pytest
 from support import faulty
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.measuring import probes
-from astra_kernels.tools.toolchain.compiler import CompileOptions, compile_source
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain.compiler import compile_source
 
 pytestmark = pytest.mark.gpu
 
