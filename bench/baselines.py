@@ -44,7 +44,7 @@ def main(argv=None) -> int:
                        "torch_compile_us": anchor.torch_compile_us}
                 for which in ("baseline", "template"):
                     req = suite.request(folder, which, anchor.shape, anchor.dtype, anchor.variant,
-                                        sms=132)
+                                        sms=worker.device["multiprocessors"])
                     req.stream_timing = False
                     result = worker.evaluate(req)
                     ok = result.status == "ok"

@@ -36,6 +36,7 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.toolchain.driver import gpu_available, local_arch
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
               "strategies": []}
 
     if args.compile:
-        arch = local_arch() or "sm_90"
+        arch = local_arch() or DEFAULT_ARCH
         report["compile"] = row = compile_rate(args.kernel, args.compile, arch)
         console.print(f"compile ({row['kernel']} template, {arch}, cold cache): "
                       f"{row['one_core_per_second']:.1f} configurations/s on one core, "

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from astra_kernels.defaults import TUNE_SECONDS
+
 
 @dataclass
 class RunContext:
@@ -27,7 +29,7 @@ class RunContext:
     retries: int = 2  # fixes asked of the model per candidate after a compile error or failed test
     wall_seconds: float = 3600.0  # the whole run
     strategy: str = "auto"  # the tuner's search strategy
-    tune_seconds: float = 100.0  # search time of one tune action, shared by the shapes
+    tune_seconds: float = TUNE_SECONDS  # search time of one tune action, shared by the shapes
     tune_sample: int | None = None  # search a seeded sample of this many configurations (None: all)
     gpu: int = 0
     approve: bool = False  # pause before accepting a faster candidate, for a person's yes or no

@@ -75,6 +75,15 @@ class KernelSpec(BaseModel):
                 raise ValueError(f"{self.name}: anchor variant {anchor.variant} is not a variant")
         return self
 
+    def default_dtype(self) -> str:
+        """The dtype a run takes when none is given: bf16 where the kernel has it (SGLang serves in
+        bf16), else its first."""
+        return "bf16" if "bf16" in self.dtypes else self.dtypes[0]
+
+    def default_shapes(self) -> list[dict[str, int]]:
+        """The shapes a tuning or agent run takes when none are given: Astra's, else serving's."""
+        return self.shapes.get("astra") or self.shapes["serving"]
+
     def all_shapes(self) -> list[dict[str, int]]:
         """Every shape of every set, each once, in set order."""
         seen, shapes = set(), []

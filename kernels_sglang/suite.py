@@ -20,7 +20,8 @@ from types import ModuleType
 import numpy as np
 
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
-from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, DEFAULT_SMS
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, LaunchShape
 from astra_kernels.tools.templating.expressions import Expression
@@ -31,10 +32,6 @@ from .schema import KERNEL_DTYPE, KernelSpec
 
 SUITE_DIR = Path(__file__).parent
 COMMON_HEADER = "common.cuh"
-DEFAULT_SMS = 132  # an H100/H200; the device's own count replaces it wherever one is present
-DEFAULT_SM = 90  # the compute capability assumed where no arch is named (sm_90, as compiling defaults to)
-
-C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
 
 
 class UnknownKernelError(AstraError):
@@ -141,7 +138,7 @@ def _text(path: Path) -> str:
 def compute_capability(arch: str | None) -> int:
     """`sm_90a` -> 90; the default when no arch is named."""
     if not arch:
-        return DEFAULT_SM
+        arch = DEFAULT_ARCH
     digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
     if not digits:
         raise AstraError(f"{arch!r} is not an arch like sm_90")
@@ -191,7 +188,7 @@ def problem(folder: KernelFolder, shape: dict[str, int], dtype: str, variant: st
 
 def base_options(dtype: str, variant_defines: dict[str, int], arch: str | None = None) -> CompileOptions:
     """What every binary of a kernel in `dtype` and a variant shares, before a configuration."""
-    defines = {"DTYPE": C_TYPES.get(dtype, "float"), "ELEM_BYTES": numpy_dtype(dtype).itemsize,
+    defines = {"DTYPE": C_TYPES[dtype], "ELEM_BYTES": numpy_dtype(dtype).itemsize,
                **variant_defines}
     return CompileOptions(arch=arch, headers=headers(), defines=defines)
 

@@ -23,8 +23,8 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     folder = suite.load(state["kernel"])
     spec = folder.spec
-    dtype = state.get("dtype") or ("bf16" if "bf16" in spec.dtypes else spec.dtypes[0])
-    shapes = _checked_shapes(spec, state.get("shapes")) or spec.shapes.get("astra") or spec.shapes["serving"]
+    dtype = state.get("dtype") or spec.default_dtype()
+    shapes = _checked_shapes(spec, state.get("shapes")) or spec.default_shapes()
     model = make_chat_model(context)
     if model is not None:
         preflight(model, context)

@@ -12,12 +12,12 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from astra_kernels.graph.context import RunContext
+from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.graph.state import AgentState, Candidate
 
 from astra_kernels.nodes.shared.measure import evaluate
 from astra_kernels.nodes.shared.progress import say
 
-MARGIN = 0.01  # a candidate must beat the best by 1%: below that, timing one kernel twice differs
 
 
 def profile(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -30,7 +30,7 @@ def profile(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     if mine is None:
         candidate = candidate.model_copy(update={"verdict": "incorrect", "message": candidate.message or "not timed"})
         verdict_line = f"candidate {candidate.id} could not be timed at every shape"
-    elif mine < theirs * (1 - MARGIN):
+    elif mine < theirs * (1 - TIMING_NOISE):
         approved = True
         if context.approve:
             approved = bool(interrupt({

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from astra_kernels.defaults import TIMING_NOISE
 from . import charts as plots
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.probes import copy_request, empty_request
@@ -37,7 +38,6 @@ BANDWIDTH_GOAL = 0.90
 DECODE_TOKENS = 16  # shapes of at most this many tokens must come within DECODE_GOAL of the launch floor
 DECODE_GOAL = 1.3
 SPEEDUP_GOAL = 1.8
-MIN_NOISE = 0.01  # differences under 1% are never read as slower or faster
 
 
 def shipped_table(kernel: str, device_name: str) -> DispatchTable | None:
@@ -95,7 +95,7 @@ class BenchRow(BaseModel):
         versions are compared only beyond the spread of timing one of them twice)."""
         if self.speedup is None:
             return False
-        noise = max(self.baseline_spread or 0.0, self.tuned_spread or 0.0, MIN_NOISE)
+        noise = max(self.baseline_spread or 0.0, self.tuned_spread or 0.0, TIMING_NOISE)
         return self.tuned_us > self.baseline_us * (1.0 + noise)
 
     @property

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import charts as plots
+from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.results import ResultsStore, ResultsStoreError
 from pydantic import BaseModel, Field
@@ -37,7 +38,6 @@ from astra_kernels.kernels_sglang import recordings, suite
 
 BASELINE = "baseline"
 FAILURE_EXAMPLES = 8
-MIN_NOISE = 0.01  # as in `astra bench`: a difference under 1% is never read as faster or slower
 STORE_IN_FOLDER = "results.sqlite"  # what `astra tune --out DIR` and `astra optimize` keep beside their report
 
 CEILING_NOTE = (
@@ -331,7 +331,7 @@ def _shape(label: str, rows: list[dict]) -> ShapeSummary:
     )
     if base and best:
         summary.speedup = base["median_us"] / best["median_us"]
-        noise = max(summary.baseline_spread or 0.0, summary.best_spread or 0.0, MIN_NOISE)
+        noise = max(summary.baseline_spread or 0.0, summary.best_spread or 0.0, TIMING_NOISE)
         summary.within_spread = abs(summary.speedup - 1.0) <= noise
     return summary
 

@@ -6,7 +6,7 @@ through the results store. Then the per-shape winners are measured at every shap
 with the best geometric mean becomes the general configuration. Each shape's dispatch entry is
 the fastest of everything measured there (its own search, the other shapes' winners, the
 baseline): a large shape whose search had time for few evaluations often runs best with another
-shape's winner, and where nothing beat the baseline by more than BASELINE_MARGIN the table keeps
+shape's winner, and where nothing beat the baseline by more than the timing noise (defaults.TIMING_NOISE) the table keeps
 the baseline. The output
 folder gets the kernel source, the parameters, the table and a report.
 """
@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from . import charts as plots
+from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
@@ -33,11 +34,6 @@ from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
-# A template must beat the baseline by more than this fraction to take its place in the table. At
-# large shapes one kernel timed in two processes differs by up to ~1% (H200, 2026-11-24: fused_add_
-# rmsnorm 16384x8192 won its search by 0.02% and came out 1% slower in the benchmark), so a smaller
-# win is a coin toss against "never slower", and it is worth at most that 1%.
-BASELINE_MARGIN = 0.01
 
 _clock = time.monotonic  # the general phase's deadline; tests replace it
 
@@ -216,7 +212,6 @@ def _verify(dispatch: DispatchTable, shape, spec, requests: _Requests, evaluator
     )
 
 
-DEFAULT_SEARCH_SECONDS = 100.0  # search time per kernel when no budget is given, shared by its shapes
 AUTO_EXHAUSTIVE = 64  # "auto" measures every candidate of a space at most this large
 
 
@@ -270,12 +265,12 @@ def _general(winners: dict[str, dict], shapes, request, evaluator, labels, deadl
 
 def _entry(shape: ShapeResult, measured: list[tuple[float, dict, str]]) -> DispatchEntry:
     """The fastest thing measured at this shape, recorded on `shape` too: its own search's best,
-    another shape's winner, or the baseline when none of them beat it by BASELINE_MARGIN."""
+    another shape's winner, or the baseline when none of them beat it by defaults.TIMING_NOISE."""
     options = list(measured)
     if shape.search.best_config and shape.search.best_us:
         options.append((shape.search.best_us, shape.search.best_config, shape.label))
     fastest = min(options, key=lambda o: o[0]) if options else None
-    if shape.baseline_us and (fastest is None or fastest[0] >= shape.baseline_us * (1 - BASELINE_MARGIN)):
+    if shape.baseline_us and (fastest is None or fastest[0] >= shape.baseline_us * (1 - TIMING_NOISE)):
         shape.dispatch_us, shape.dispatch_from = shape.baseline_us, "baseline"
         return DispatchEntry(shape=shape.shape, config={}, median_us=shape.baseline_us, source="baseline")
     if fastest is None:

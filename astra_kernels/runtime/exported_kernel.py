@@ -27,6 +27,7 @@ from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.toolchain.device import Device, DeviceBuffer, Kernel
 from astra_kernels.tools.toolchain.driver import check, gpu_available
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, STATIC_SHARED_LIMIT
 from astra_kernels.tools.errors import AstraError, LaunchArgumentError, NoGpuError
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion
@@ -121,7 +122,7 @@ class ExportedKernel:
 
     # --- the pick ------------------------------------------------------------------------------
 
-    def plan(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = "sm_90") -> Launch:
+    def plan(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = DEFAULT_ARCH) -> Launch:
         """What runs at `shape` on a GPU of `sms` multiprocessors and `arch`: the pick of the dispatch
         table, its geometry, and the file's kernel for it (None where the file lacks it)."""
         key = (tuple(shape[s] for s in self.spec.symbols), sms, arch)
@@ -170,7 +171,7 @@ class ExportedKernel:
                 args.append(DeviceBuffer.view(v.ptr, v.nbytes))
         with _current(on.device):  # loading, attributes and the launch belong to the tensors' GPU
             kernel = self._kernel(on, launch, shape)
-            if launch.shared_bytes > on.shared_allowed.get(kernel, 48 * 1024):
+            if launch.shared_bytes > on.shared_allowed.get(kernel, STATIC_SHARED_LIMIT):
                 on.device.set_dynamic_shared(kernel, launch.shared_bytes)
                 on.shared_allowed[kernel] = launch.shared_bytes
             _wait_for_producers(views, handle)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.toolchain.device import Device, Kernel
+from astra_kernels.tools.toolchain.targets import STATIC_SHARED_LIMIT
 from astra_kernels.tools.templating.template import Exclusion
 
 from astra_kernels.kernels_sglang import suite
@@ -60,7 +61,7 @@ class TunedKernel:
         if key not in self._loaded:
             module = compile_source(request.source, request.options)
             self._loaded[key] = self.device.load(module, request.kernel)
-            self._shared_allowed[key] = 48 * 1024
+            self._shared_allowed[key] = STATIC_SHARED_LIMIT
         if plan.shared_bytes > self._shared_allowed[key]:  # shared memory can grow with the shape
             self.device.set_dynamic_shared(self._loaded[key], plan.shared_bytes)
             self._shared_allowed[key] = plan.shared_bytes

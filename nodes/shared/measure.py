@@ -1,11 +1,11 @@
 """Evaluating a candidate at every shape: the tester's and the profiler's common ground.
 
-A candidate is a kernel in the template format (tools/template.py), so the baseline, a direct
-rewrite (a template without parameters) and a tuned template all become evaluation requests the
-same way, and every evaluation goes through the results store: a resumed run measures nothing
-twice. The evaluator is the context's, else a replay of the context's `replay` recording, else
-one EvaluationWorker per GPU; the last two are built once per process and kept by it (a server
-runs many graphs), so nodes only borrow them.
+A candidate is a kernel in the template format (tools/templating/template.py), so the baseline, a
+direct rewrite (a template without parameters) and a tuned template all become evaluation requests
+the same way, and every evaluation goes through the results store: a resumed run measures nothing
+twice. The evaluator is the context's, else one astra_kernels.evaluators opens (a replay of the
+context's `replay` recording, else one EvaluationWorker per GPU), built once per process and kept
+by it (a server runs many graphs), so nodes only borrow them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import dataclasses
 import threading
 from pathlib import Path
 
+from astra_kernels.evaluators import open_evaluator
 from astra_kernels.kernels_sglang import recordings, suite
-from astra_kernels.tools.toolchain.driver import gpu_available
-from astra_kernels.tools.errors import AstraError, NoGpuError
+from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import StoredEvaluator
@@ -45,12 +45,9 @@ def evaluator(context, kernel: str):
     if context.replay:
         return _replay(context, kernel)
     if context.gpu not in _WORKERS:
-        if not gpu_available():
-            raise NoGpuError("the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
-                             "(pass an evaluator in the context to run it against recorded results)")
-        from astra_kernels.tools.measuring.worker import EvaluationWorker
-
-        worker = EvaluationWorker(device_index=context.gpu)
+        worker = open_evaluator(kernel, context.results, gpu=context.gpu, needs=(
+            "the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
+            "(pass an evaluator in the context to run it against recorded results)"))
         worker.start()
         atexit.register(worker.close)
         _WORKERS[context.gpu] = worker
@@ -72,7 +69,7 @@ def _replay(context, kernel: str) -> ReplayWorker:
         if context.results in _STORES:
             raise AstraError(f"{context.results} is already this process's store of runs with another "
                              f"evaluator; replaying {recording} needs another results path")
-        worker = ReplayWorker.from_recording(recording, context.results)
+        worker = open_evaluator(kernel, context.results, replay=recording)
         atexit.register(worker.close)
         _REPLAYS[context.results] = (recording, worker)
         return worker

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from astra_kernels import cli
+from astra_kernels.cli.commands import bench as bench_command
 from astra_kernels.jobs import benchmark
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs.benchmark import BenchReport, BenchRow
@@ -77,17 +78,17 @@ def test_load_table_names_a_missing_file(tmp_path):
 def test_bench_shape_sets(capsys):
     folder = suite.load("silu_and_mul")
     args = cli.build_parser().parse_args(["bench", "--set", "astra,odd"])
-    labels = [folder.spec.label(s) for s in cli._bench_shapes(folder, args)]
+    labels = [folder.spec.label(s) for s in bench_command.bench_shapes(folder, args)]
     assert labels[:5] == ["16x4096", "32x5120", "32x8192", "16x12288", "64x8192"] and "5x12" in labels
     args = cli.build_parser().parse_args(["bench", "--set", "decode"])
-    assert [folder.spec.label(s) for s in cli._bench_shapes(folder, args)] == [
+    assert [folder.spec.label(s) for s in bench_command.bench_shapes(folder, args)] == [
         "16x4096", "16x12288", "1x14336", "1x28672", "16x14336", "16x28672"]
     args = cli.build_parser().parse_args(["bench", "--set", "prefill"])
     with pytest.raises(SystemExit, match="unknown shape set"):
-        cli._bench_shapes(folder, args)
+        bench_command.bench_shapes(folder, args)
     # a kernel without an astra set simply has fewer shapes
     args = cli.build_parser().parse_args(["bench", "--set", "astra"])
-    assert cli._bench_shapes(suite.load("topk_softmax"), args) == []
+    assert bench_command.bench_shapes(suite.load("topk_softmax"), args) == []
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the behaviour of a machine with no GPU")

@@ -10,6 +10,7 @@ from xml.etree import ElementTree
 import pytest
 
 from astra_kernels import cli
+from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.jobs import tuning
 from astra_kernels.tools.toolchain.driver import gpu_available
 from astra_kernels.tools.errors import NoGpuError
@@ -87,9 +88,9 @@ def test_each_entry_is_the_fastest_measured_at_its_shape(tmp_path):
     entry = tuning._entry(slow, [(shape.search.best_us / 2, faster, "64x8192")])
     assert entry.source == "baseline" and entry.config == {} and slow.dispatch_from == "baseline"
     # a win inside the run-to-run spread keeps the baseline; one past it takes the template
-    near = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + tuning.BASELINE_MARGIN / 2)})
+    near = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + TIMING_NOISE / 2)})
     assert tuning._entry(near, []).source == "baseline"
-    clear = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + 2 * tuning.BASELINE_MARGIN)})
+    clear = shape.model_copy(update={"baseline_us": shape.search.best_us * (1 + 2 * TIMING_NOISE)})
     assert tuning._entry(clear, []).config == own
 
 

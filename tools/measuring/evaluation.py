@@ -30,6 +30,7 @@ from .guards import GUARD_BYTES, GuardedBuffers
 from .problem import Case, Problem
 from astra_kernels.tools.toolchain.ceiling import copy_bandwidth
 from astra_kernels.tools.toolchain.timing import Timing, rotation_count, time_graph, time_stream
+from astra_kernels.tools.toolchain.targets import STATIC_SHARED_LIMIT
 
 Status = Literal[
     "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout",
@@ -273,7 +274,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         result.kernel_info = module.kernel(request.kernel)
         kernel = device.load(module, request.kernel)
         device.check_launch(kernel, request.launch.grid, request.launch.block, request.launch.shared_bytes)
-        if request.launch.shared_bytes > 48 * 1024:
+        if request.launch.shared_bytes > STATIC_SHARED_LIMIT:
             device.set_dynamic_shared(kernel, request.launch.shared_bytes)
         result.occupancy_blocks_per_sm = device.occupancy(
             kernel, request.launch.threads, request.launch.shared_bytes

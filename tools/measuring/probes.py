@@ -12,6 +12,7 @@ import functools
 import numpy as np
 
 from astra_kernels.tools.toolchain.ceiling import COPY_SOURCE
+from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
 from .evaluation import EvaluationRequest, LaunchShape
 from .problem import Case, Param, Problem
 
@@ -28,7 +29,7 @@ def _copy_case(words: int, seed: int) -> Case:
     return Case(inputs={"src": data}, expected={"dst": data})
 
 
-def copy_request(nbytes: int, *, multiprocessors: int = 132, threads: int = 512) -> EvaluationRequest:
+def copy_request(nbytes: int, *, multiprocessors: int = DEFAULT_SMS, threads: int = 512) -> EvaluationRequest:
     """Copy `nbytes` (a multiple of 16) with a grid-stride vector copy; bytes moved = 2 * nbytes."""
     if nbytes % 16:
         raise ValueError("the copy probe moves whole 16-byte vectors")

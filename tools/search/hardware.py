@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from astra_kernels.tools.errors import UnknownArchError
 from astra_kernels.tools.toolchain.resources import ResourceUsage
+from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
 
 
 class Limits(BaseModel):
@@ -31,7 +32,7 @@ class Limits(BaseModel):
 
 
 _TABLE = {
-    "sm_90": dict(multiprocessors=132, shared_per_sm=233472, shared_per_block_optin=232448),
+    "sm_90": dict(multiprocessors=DEFAULT_SMS, shared_per_sm=233472, shared_per_block_optin=232448),
     "sm_89": dict(multiprocessors=128, shared_per_sm=102400, shared_per_block_optin=101376,
                   max_threads_per_sm=1536, max_blocks_per_sm=24),
     "sm_86": dict(multiprocessors=84, shared_per_sm=102400, shared_per_block_optin=101376,

@@ -26,6 +26,12 @@ DTYPES: dict[str, np.dtype] = {
     "uint64": np.dtype(np.uint64),
 }
 
+# The C++ type of each element type, as kernels and exported launchers name it.
+C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp64": "double",
+           "fp8_e4m3": "__nv_fp8_e4m3", "fp8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
+           "uint8": "unsigned char", "int32": "int", "uint32": "unsigned int", "int64": "long long",
+           "uint64": "unsigned long long"}
+
 FLOAT_TYPES = frozenset({"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp64"})
 
 

@@ -20,6 +20,7 @@ from astra_kernels.tools.errors import CompileError, KernelNotFoundError, Toolch
 from .compile_cache import CompileCache, cache_key
 from .driver import local_arch
 from .headers import cuda_include_dir
+from .targets import DEFAULT_ARCH
 from .resources import KernelParam, ResourceUsage, parse_ptx_signatures, parse_ptxas_report
 
 
@@ -28,7 +29,6 @@ from .resources import KernelParam, ResourceUsage, parse_ptx_signatures, parse_p
 # already makes repeats free, so the driver's is switched off for this process and its children.
 os.environ["CUDA_CACHE_DISABLE"] = "1"
 
-DEFAULT_ARCH = "sm_90"
 _ELF_RELOCATABLE = 1  # e_type of an object file that still needs linking (ET_REL)
 _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 

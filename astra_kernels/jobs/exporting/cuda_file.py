@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from astra_kernels import __version__
-from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, STATIC_SHARED_LIMIT
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
@@ -39,13 +40,7 @@ from astra_kernels.runtime.export_format import (
     FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args,
 )
 
-DEFAULT_ARCH = "sm_90"
 
-# C types of the element types a signature may name.
-C_TYPES = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16", "fp64": "double",
-           "fp8_e4m3": "__nv_fp8_e4m3", "fp8_e5m2": "__nv_fp8_e5m2", "int8": "signed char",
-           "uint8": "unsigned char", "int32": "int", "uint32": "unsigned int", "int64": "long long",
-           "uint64": "unsigned long long"}
 
 
 @dataclass(frozen=True)
@@ -373,7 +368,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
             includes.append(inc)
 
     lines = _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms)
-    lines += ["", f"#define DTYPE {suite.C_TYPES[table.dtype]}",
+    lines += ["", f"#define DTYPE {C_TYPES[table.dtype]}",
               f"#define ELEM_BYTES {numpy_dtype(table.dtype).itemsize}"]
     lines += [f"#define {n} {int(v)}" for n, v in spec.variants[table.variant].items()]
     lines += includes + ["", f"namespace {ns} {{", common_text, f"}}  // namespace {ns}", ""]
@@ -808,7 +803,7 @@ def _c_api(table, folder, signature, carriers, host) -> list[str]:
             "                 \"export it again with --shapes %s\", label, plan.picked_by, label);",
             "        return remember(cudaErrorNotSupported, message);", "    }",
             "    const void* kernel = kernel_address(plan.instance);",
-            "    if (plan.shared_bytes > 48 * 1024) {",
+            f"    if (plan.shared_bytes > {STATIC_SHARED_LIMIT}) {{",
             "        status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.shared_bytes);",
             "        if (status != cudaSuccess) return remember(status, cudaGetErrorString(status));", "    }",
             f"    void* args[] = {{{', '.join(f'(void*)&{n}' for _, n in signature)}}};",

@@ -1,0 +1,137 @@
+"""`astra bench`: time baseline, tuned kernel and PyTorch peers at every shape, against both floors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.table import Table
+
+from astra_kernels.cli.output import console
+
+
+def add_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="time baseline, tuned kernel and PyTorch peers at every shape against the floors")
+    bench.add_argument("--kernels", help="comma-separated (default: the whole suite)")
+    bench.add_argument("--set", default="astra,serving",
+                       help="shape sets, comma-separated: astra, serving, odd, decode (astra and serving shapes of "
+                            "at most 16 tokens) or all (default astra,serving)")
+    bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
+    bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
+    bench.add_argument("--tuned", help="folder of `astra tune` outputs, one KERNEL/ subfolder each "
+                                       "(default: the tables shipped for this GPU)")
+    bench.add_argument("--torch", default="eager,compile", help="PyTorch peers to time: eager, compile or both (default)")
+    bench.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
+    bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
+                       help="rotating input sets packed in one allocation (default) or one allocation per buffer")
+    bench.add_argument("--pdl", action="store_true",
+                       help="also time baseline, tuned kernel and copy launched with programmatic dependent launch "
+                            "(sm_90+), as separate columns")
+    bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here")
+    bench.add_argument("--from", dest="from_json", nargs="+", metavar="JSON",
+                       help="no GPU: render (and merge) the bench.json of earlier runs instead of measuring")
+    bench.add_argument("--gpu", type=int, default=0)
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(run=run)
+
+
+def bench_shapes(folder, args) -> list[dict]:
+    """--shapes, else the named sets (comma-separated; `all` is every set) that the kernel has;
+    `decode` is the astra and serving shapes of at most DECODE_TOKENS tokens (issue 5's decode goal)."""
+    from astra_kernels.jobs.benchmark import DECODE_TOKENS
+
+    if args.shapes:
+        return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
+    wanted = list(folder.spec.shapes) if args.set == "all" else args.set.split(",")
+    unknown = [w for w in wanted if w not in ("astra", "serving", "odd", "decode")]
+    if unknown:
+        raise SystemExit(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd, decode or all")
+    decode = [s for name in ("astra", "serving") for s in folder.spec.shapes.get(name, [])
+              if next(iter(s.values())) <= DECODE_TOKENS]
+    seen, shapes = set(), []
+    for name in wanted:
+        for shape in decode if name == "decode" else folder.spec.shapes.get(name, []):
+            if folder.spec.label(shape) not in seen:
+                seen.add(folder.spec.label(shape))
+                shapes.append(shape)
+    return shapes
+
+
+def run(args) -> int:
+    """Time baseline, tuned kernel and PyTorch peers at every shape, against both floors."""
+    from astra_kernels.jobs import benchmark
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.measuring.worker import EvaluationWorker
+    from astra_kernels.tools.toolchain.driver import gpu_available
+
+    if args.from_json:
+        report = benchmark.merge([benchmark.BenchReport.model_validate_json(Path(p).read_text())
+                                  for p in args.from_json])
+        return _bench_outputs(args, report)
+    names = args.kernels.split(",") if args.kernels else suite.names()
+    folders = [suite.load(n) for n in names]
+    if args.shapes and len(folders) != 1:
+        raise SystemExit("--shapes needs exactly one kernel (--kernels NAME)")
+    kernels = {f.name: bench_shapes(f, args) for f in folders}
+    modes = () if args.no_torch else tuple(m for m in args.torch.split(",") if m)
+    if unknown := [m for m in modes if m not in ("eager", "compile")]:
+        raise SystemExit(f"--torch takes eager and/or compile, not {', '.join(unknown)}")
+    if not gpu_available():
+        console.print("[yellow]no GPU here:[/yellow] the benchmark times kernels, so it needs an NVIDIA GPU. "
+                      "docs/benchmarks.md holds the latest measured table; `astra kernels` lists the shapes.")
+        return 2
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+
+    def checkpoint(report) -> None:  # bench.json after every row: an interrupted run keeps its rows
+        if out:
+            (out / "bench.json").write_text(report.model_dump_json(indent=2))
+
+    with EvaluationWorker(device_index=args.gpu, timeout_s=900) as worker:
+        tables = {}
+        for name in kernels:
+            path = Path(args.tuned) / name if args.tuned else None
+            tables[name] = (benchmark.load_table(path) if path and path.exists()
+                            else benchmark.shipped_table(name, worker.device["name"]))
+        missing = [n for n, t in tables.items() if t is None]
+        if missing:
+            console.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
+                          f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
+        report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
+                                 command="astra bench " + " ".join(args.argv),
+                                 input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint,
+                                 progress=lambda label: console.print(f"[dim]{label}[/dim]", highlight=False))
+    return _bench_outputs(args, report)
+
+
+def _bench_outputs(args, report) -> int:
+    from astra_kernels.jobs import benchmark
+
+    out = Path(args.out) if args.out else None
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        table = Table(title=f"{report.device}, {report.dtype}, microseconds per call (graph replay, cold L2)")
+        for column in benchmark.COLUMNS:
+            table.add_column(column)
+        for cells in benchmark.table_rows(report):
+            table.add_row(*cells)
+        console.print(table)
+        if pdl_rows := benchmark.pdl_table_rows(report):
+            table = Table(title=f"with programmatic dependent launch (PDL-chained empty kernel "
+                                f"{report.launch_floor_pdl_us or float('nan'):.2f} us)")
+            for column in benchmark.PDL_COLUMNS:
+                table.add_column(column)
+            for cells in pdl_rows:
+                table.add_row(*cells)
+            console.print(table)
+        for line in report.goals():
+            console.print(line, highlight=False)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(report.model_dump_json(indent=2))
+        (out / "bench.md").write_text(benchmark.render_markdown(report))
+        (out / "bench.svg").write_text(benchmark.chart(report))
+        if not args.json:
+            console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
+    return 0

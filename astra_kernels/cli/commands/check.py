@@ -1,0 +1,76 @@
+"""`astra check`: compile and test the baseline and a sample of template configurations on the local GPU."""
+
+from __future__ import annotations
+
+import json
+
+from rich.markup import escape
+from rich.table import Table
+
+from astra_kernels.cli.arguments import shapes_from
+from astra_kernels.cli.output import console
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH
+
+
+def add_parser(sub) -> None:
+    check = sub.add_parser("check", help="compile and test a kernel's baseline and template sample on the GPU")
+    check.add_argument("kernel", help="a kernel of the suite (see `astra kernels`)")
+    check.add_argument("--shapes", help="comma-separated shapes, e.g. 16x4096,64x8192 (default: every set)")
+    check.add_argument("--set", help="one shape set: astra, serving or odd")
+    check.add_argument("--dtype", help="comma-separated dtypes (default: all of the kernel's)")
+    check.add_argument("--variant", help="comma-separated variants (default: all)")
+    check.add_argument("--samples", type=int, default=4, help="template configurations per shape (default 4)")
+    check.add_argument("--time", action="store_true", help="also time each correct configuration")
+    check.add_argument("--arch", help=f"compile target when there is no GPU (default {DEFAULT_ARCH})")
+    check.add_argument("--gpu", type=int, default=0)
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(run=run)
+
+
+def run(args) -> int:
+    """Compile and test the baseline and a sample of template configurations on the local GPU."""
+    from rich.progress import Progress
+
+    from astra_kernels.jobs import checking
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.measuring.worker import EvaluationWorker
+    from astra_kernels.tools.toolchain.compiler import compile_many
+    from astra_kernels.tools.toolchain.driver import gpu_available
+
+    folder = suite.load(args.kernel)
+    shapes = shapes_from(folder, args)
+    dtypes = args.dtype.split(",") if args.dtype else None
+    variants = args.variant.split(",") if args.variant else None
+    if not gpu_available():
+        rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants,
+                             samples=args.samples, arch=args.arch or DEFAULT_ARCH)
+        unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
+        outcomes = compile_many(unique.values())
+        failed = [o for o in outcomes if o.module is None]
+        console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
+                      f"({len(failed)} failed) for {args.arch or DEFAULT_ARCH}; testing them needs an NVIDIA GPU.")
+        for o in failed[:3]:
+            console.print(o.error, highlight=False)
+        return 1 if failed else 0
+    with EvaluationWorker(device_index=args.gpu) as worker:
+        rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples)
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(f"checking {folder.name} on {worker.device['name']}", total=len(rows))
+            results = checking.run(rows, worker, time=args.time, progress=lambda _: bar.advance(task))
+    failed = [r for r in results if r.status not in ("ok", "excluded")]
+    if args.json:
+        print(json.dumps([r.model_dump() for r in results], indent=2))
+    else:
+        table = Table(title=f"{folder.name} on {worker.device['name']}: {len(results) - len(failed)} of "
+                            f"{len(results)} rows ok or excluded")
+        for column in ("shape", "dtype", "variant", "which", "status", "us", "of copy bw", "note"):
+            table.add_column(column)
+        for r in results:
+            which = "baseline" if r.which == "baseline" else "template " + " ".join(f"{k}={v}" for k, v in r.config.items())
+            colour = "green" if r.status == "ok" else ("dim" if r.status == "excluded" else "red")
+            table.add_row(r.shape, r.dtype, r.variant, which, f"[{colour}]{r.status}",
+                          f"{r.median_us:.2f}" if r.median_us else "",
+                          f"{r.fraction_of_copy_bandwidth:.0%}" if r.fraction_of_copy_bandwidth else "",
+                          escape(r.message[:80]))
+        console.print(table)
+    return 1 if failed else 0

@@ -1,0 +1,52 @@
+"""`astra export`: write a dispatch table as a standalone .cu, a Python callable on framework tensors, and a guide."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.markup import escape
+
+from astra_kernels.cli.output import console
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, DEFAULT_SMS
+
+
+def add_parser(sub) -> None:
+    export = sub.add_parser("export", help="a tuned kernel as a standalone .cu, a Python callable and an SGLang guide")
+    export.add_argument("source", nargs="?", help="the --out folder of `astra tune` or a dispatch .json "
+                                                  "(or none, with --gpu-kind and --kernel)")
+    export.add_argument("--gpu-kind", help="export the table shipped for this GPU kind (h200)")
+    export.add_argument("--kernel", help="the kernel of the shipped table (or a check on SOURCE's)")
+    export.add_argument("--out", help="the folder to write (default export/KERNEL)")
+    export.add_argument("--shapes", help="comma-separated shapes the .cu must cover besides the table's and the spec's")
+    export.add_argument("--sms", type=int, default=DEFAULT_SMS,
+                        help=f"multiprocessors of the target GPU (default {DEFAULT_SMS}: H100, H200)")
+    export.add_argument("--arch", default=DEFAULT_ARCH, help=f"the target architecture (default {DEFAULT_ARCH})")
+    export.add_argument("--json", action="store_true")
+    export.set_defaults(run=run)
+
+
+def run(args) -> int:
+    """Write a dispatch table as a standalone .cu, a Python callable on framework tensors, and a guide."""
+    import shlex
+
+    from astra_kernels.jobs.exporting import cuda_file as export
+    from astra_kernels.kernels_sglang import suite
+
+    source = export.resolve_source(args.source, args.gpu_kind, args.kernel)
+    folder = suite.load(source.table.kernel)
+    shapes = [folder.spec.parse_shape(s) for s in args.shapes.split(",")] if args.shapes else []
+    out = Path(args.out or f"export/{source.table.kernel}")
+    result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
+                           command=shlex.join(["astra", "export", *args.argv]))
+    if args.json:
+        print(json.dumps({"out": str(result.out), "files": [str(f) for f in result.files],
+                          "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable}, indent=2))
+        return 0
+    console.print(f"{source.table.kernel} ({source.table.dtype}, {len(source.table.entries)} tuned shapes) from "
+                  f"{source.shown}: {len(result.binaries)} kernels in {len(result.groups)} flag group(s)", highlight=False)
+    for path in result.files:
+        console.print(f"  {path}", highlight=False)
+    for label, reason in result.unrunnable.items():
+        console.print(f"[yellow]no configuration runs at {label}:[/yellow] {escape(reason)}", highlight=False)
+    return 0

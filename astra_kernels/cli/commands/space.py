@@ -1,0 +1,63 @@
+"""`astra space`: show a template's space at one shape shrinking: constraints, compile, hardware limits."""
+
+from __future__ import annotations
+
+
+from rich.markup import escape
+from rich.table import Table
+
+from astra_kernels.cli.output import console
+from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH
+
+
+def add_parser(sub) -> None:
+    space = sub.add_parser("space", help="a template's search space at one shape, pruned stage by stage")
+    space.add_argument("kernel")
+    space.add_argument("--shape", required=True, help="e.g. 16x4096")
+    space.add_argument("--dtype")
+    space.add_argument("--variant", default="default")
+    space.add_argument("--arch", help=f"target (default: the local GPU's, else {DEFAULT_ARCH})")
+    space.add_argument("--sample", type=int, help="a seeded sample of this many configurations (default: all)")
+    space.add_argument("--seed", type=int, default=0)
+    space.add_argument("--max-spill-bytes", type=int, default=0)
+    space.add_argument("--gpu", type=int, default=0)
+    space.add_argument("--json", action="store_true")
+    space.set_defaults(run=run)
+
+
+def run(args) -> int:
+    """Show a template's space at one shape shrinking: constraints, compile, hardware limits."""
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.toolchain.device import Device
+    from astra_kernels.tools.toolchain.driver import local_arch
+    from astra_kernels.tools.search.hardware import limits_for
+    from astra_kernels.tools.search.space import build_space
+
+    folder = suite.load(args.kernel)
+    spec = folder.spec
+    shape = spec.parse_shape(args.shape)
+    dtype = args.dtype or spec.default_dtype()
+    arch = args.arch or local_arch(args.gpu) or DEFAULT_ARCH
+    sms = optin = None
+    if args.arch is None and local_arch(args.gpu):
+        props = Device(args.gpu).properties
+        sms, optin = props.multiprocessors, props.max_shared_per_block_optin
+    limits = limits_for(arch, sms, optin)
+    env = suite.environment(spec, shape, dtype, args.variant, limits.multiprocessors, arch)
+    configs = folder.template.sample_configs(args.sample, args.seed) if args.sample else None
+    report = build_space(folder.template, env, suite.base_options(dtype, spec.variants[args.variant], arch),
+                         limits, configs=configs, max_spill_bytes=args.max_spill_bytes)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+        return 0
+    title = f"{spec.name} {args.shape} {dtype} {args.variant} on {arch}: {report.total} -> {report.after_hardware} configurations"
+    table = Table(title=title)
+    for column in ("stage", "left", "why configurations were cut (count)"):
+        table.add_column(column)
+    table.add_row("space", str(report.total), "")
+    for stage, left in (("constraint", report.after_constraints), ("compile", report.after_compile),
+                        ("hardware", report.after_hardware)):
+        reasons = "\n".join(f"{escape(r)} ({n})" for r, n in report.reasons(stage)[:4])
+        table.add_row(stage, str(left), reasons)
+    console.print(table)
+    return 0
