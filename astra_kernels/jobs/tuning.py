@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from . import charts as plots
+from .generated_files import generated_text
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
@@ -306,31 +307,11 @@ def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> 
         {s.label: convergence(s.search) for s in report.shapes if s.search.best_us},
         title=f"{report.kernel}: best time so far over the shape's final best",
         ylabel=f"best so far / final best (clipped at {CLIP:g})", xlabel="evaluations"))
-    written[8].write_text(LAUNCHER.format(kernel=report.kernel, device=report.device, date=report.date))
+    launcher = generated_text("tuned_launcher.py.in")
+    written[8].write_text(launcher.format(kernel=report.kernel, device=report.device, date=report.date))
     return written
 
 
-LAUNCHER = '''"""{kernel}, tuned by `astra tune` on {device} ({date}).
-
-The dispatch table beside this file picks the configuration for each call's shape at run time:
-
-    from launcher import load
-    kernel = load()                      # a TunedKernel on GPU 0 (astra_kernels.runtime.tuned_kernel)
-    plan = kernel(*args, **shape)        # arguments in the kernel's signature order; shape e.g. T=16, D=4096
-    print(plan.config, plan.picked_by)
-"""
-
-from pathlib import Path
-
-from astra_kernels.runtime.dispatch import DispatchTable
-from astra_kernels.runtime.tuned_kernel import TunedKernel
-
-TABLE = DispatchTable.model_validate_json((Path(__file__).parent / "dispatch.json").read_text())
-
-
-def load(device=None) -> TunedKernel:
-    return TunedKernel(TABLE, device)
-'''
 
 
 CLIP = 2.0  # the convergence chart's ceiling: a first guess 10x off would flatten every other line

@@ -38,7 +38,7 @@ def check(result, what: str = "CUDA call"):
 
 
 @functools.cache
-def _initapi() -> int:
+def init() -> int:
     """Initialise the driver once; return the device count or raise NoGpuError."""
     try:
         driver = api()
@@ -57,7 +57,7 @@ def _initapi() -> int:
 
 def gpu_available() -> bool:
     try:
-        _initapi()
+        init()
     except NoGpuError:
         return False
     return True
@@ -66,7 +66,7 @@ def gpu_available() -> bool:
 def local_arch(index: int = 0) -> str | None:
     """`sm_XY` of the local device, or None when there is none (compiling still works)."""
     try:
-        _initapi()
+        init()
     except NoGpuError:
         return None
     driver = api()

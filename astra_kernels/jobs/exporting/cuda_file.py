@@ -36,6 +36,7 @@ from astra_kernels.tools.templating.template import Exclusion, Template
 from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
+from astra_kernels.jobs.generated_files import generated_text
 from astra_kernels.runtime.export_format import (
     FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args,
 )
@@ -524,7 +525,7 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
     for index, b in enumerate(binaries):
         out.append(f"    case {index}: return (const void*)&{ns}::i{index}::{b.name};")
     out += ["    }", "    return 0;", "}", ""]
-    out += _PICK.replace("KERNEL", k).splitlines()
+    out += generated_text("export_pick.cu.in").replace("KERNEL", k).splitlines()
     out += ["", "}  // namespace " + host, ""]
     out += _c_api(table, folder, signature, carriers, host)
     if multi:
@@ -572,198 +573,6 @@ def _values(config: dict[str, int], names: list[str]) -> str:
 
 
 # The pick of dispatch.py, over the tables above; KERNEL is replaced by the kernel's name.
-_PICK = r"""
-static void shape_label(const ax_int* shape, char* text, size_t size) {
-    size_t used = 0;
-    text[0] = 0;
-    for (int s = 0; s < kSymbols && used < size; ++s)
-        used += (size_t)snprintf(text + used, size - used, s ? "x%lld" : "%lld", shape[s]);
-}
-
-static int fail(KERNEL_plan* plan, int status, const char* message) {
-    snprintf(plan->error, sizeof plan->error, "%s", message);
-    return status;
-}
-
-static int finish(KERNEL_plan* plan, int source, const ax_int* config, const Inst& inst) {
-    plan->source = source;
-    for (int p = 0; p < kParams; ++p) plan->config[p] = source == 0 ? config[p] : 0;
-    const int derived = source == 0 ? kTemplateDerived : kBaselineDerived;
-    for (int d = 0; d < derived; ++d) plan->derived[d] = inst.derived[d];
-    for (int i = 0; i < 3; ++i) {  // a size past 32 bits becomes 0, which the launch refuses
-        plan->grid[i] = inst.grid[i] > 0xffffffffLL ? 0u : (unsigned int)inst.grid[i];
-        plan->block[i] = inst.block[i] > 0xffffffffLL ? 0u : (unsigned int)inst.block[i];
-    }
-    plan->shared_bytes = (unsigned long long)inst.shared;
-    plan->fast_math = (int)inst.fast_math;
-    plan->max_registers = (int)inst.max_registers;
-    plan->instance = -1;
-    plan->kernel = 0;
-    for (int b = 0; b < kBinaryCount; ++b) {
-        const Binary& bin = kBinaries[b];
-        if (bin.source != source || bin.fast_math != inst.fast_math || bin.max_registers != inst.max_registers) continue;
-        bool same = true;
-        for (int p = 0; source == 0 && p < kParams; ++p) same = same && bin.config[p] == config[p];
-        for (int d = 0; d < bin.derived_count; ++d) same = same && bin.derived[d] == inst.derived[d];
-        if (same) {
-            plan->instance = b;
-            plan->kernel = bin.name;
-            break;
-        }
-    }
-    return 0;
-}
-
-static int value_index(int p, ax_int value) {
-    for (int i = 0; i < kCounts[p]; ++i)
-        if (kValues[p][i] == value) return i;
-    return -1;
-}
-
-static int pick(const ax_int* shape, ax_int sms, ax_int sm, KERNEL_plan* plan) {
-    memset(plan, 0, sizeof *plan);
-    plan->instance = -1;
-    char label[128];
-    shape_label(shape, label, sizeof label);
-    char message[512];
-    for (int s = 0; s < kSymbols; ++s) {
-        if (shape[s] < 1) {
-            snprintf(message, sizeof message, "KERNEL: %s = %lld; shape sizes must be positive", kSymbolNames[s], shape[s]);
-            return fail(plan, 1, message);
-        }
-    }
-    double distance[kEntryCount];
-    int order[kEntryCount];
-    for (int e = 0; e < kEntryCount; ++e) {
-        double d = 0.0;
-        for (int s = 0; s < kSymbols; ++s)
-            d += std::fabs(std::log((double)kEntries[e].shape[s]) - std::log((double)shape[s]));
-        distance[e] = d;
-        order[e] = e;
-    }
-    std::stable_sort(order, order + kEntryCount, [&](int a, int b) { return distance[a] < distance[b]; });
-    Inst inst;
-    for (int k = 0; k < kEntryCount; ++k) {
-        const Entry& entry = kEntries[order[k]];
-        char where[192];
-        if (distance[order[k]] == 0.0) snprintf(where, sizeof where, "tuned");
-        else snprintf(where, sizeof where, "nearest tuned shape %s", entry.label);
-        memset(&inst, 0, sizeof inst);
-        if (entry.baseline) {
-            snprintf(plan->picked_by, sizeof plan->picked_by, "%s: the baseline", where);
-            const int r = instantiate_baseline(shape, sms, sm, entry.config, &inst);
-            if (r == FAILED) {
-                snprintf(message, sizeof message, "KERNEL: an expression of the baseline fails at %s", label);
-                return fail(plan, 2, message);
-            }
-            if (r == EXCLUDED) {
-                snprintf(message, sizeof message, "KERNEL: the baseline cannot run at %s: %s", label, inst.reason);
-                return fail(plan, 1, message);
-            }
-            return finish(plan, 1, entry.config, inst);
-        }
-        const int r = instantiate_template(shape, sms, sm, entry.config, &inst);
-        if (r == FAILED) {
-            snprintf(message, sizeof message, "KERNEL: an expression of the template fails at %s", label);
-            return fail(plan, 2, message);
-        }
-        if (r == ADMITTED) {
-            snprintf(plan->picked_by, sizeof plan->picked_by, "%s", where);
-            return finish(plan, 0, entry.config, inst);
-        }
-    }
-    if (kHasGeneral) {
-        memset(&inst, 0, sizeof inst);
-        const int r = instantiate_template(shape, sms, sm, kGeneral, &inst);
-        if (r == FAILED) {
-            snprintf(message, sizeof message, "KERNEL: an expression of the template fails at %s", label);
-            return fail(plan, 2, message);
-        }
-        if (r == ADMITTED) {
-            snprintf(plan->picked_by, sizeof plan->picked_by, "general configuration");
-            return finish(plan, 0, kGeneral, inst);
-        }
-    }
-    const ax_int* target = kDefault;
-    char origin[192];
-    snprintf(origin, sizeof origin, "template default");
-    for (int k = 0; k < kEntryCount; ++k) {
-        if (!kEntries[order[k]].baseline) {
-            target = kEntries[order[k]].config;
-            snprintf(origin, sizeof origin, "tuned shape %s", kEntries[order[k]].label);
-            break;
-        }
-    }
-    int target_index[kParams > 0 ? kParams : 1];
-    for (int p = 0; p < kParams; ++p) target_index[p] = value_index(p, target[p]);
-    int position[kParams > 0 ? kParams : 1];
-    ax_int config[kParams > 0 ? kParams : 1];
-    ax_int best_config[kParams > 0 ? kParams : 1];
-    for (int p = 0; p < kParams; ++p) position[p] = 0;
-    long long best = -1;
-    Inst best_inst;
-    memset(&best_inst, 0, sizeof best_inst);
-    for (;;) {
-        for (int p = 0; p < kParams; ++p) config[p] = kValues[p][position[p]];
-        memset(&inst, 0, sizeof inst);
-        const int r = instantiate_template(shape, sms, sm, config, &inst);
-        if (r == FAILED) {
-            snprintf(message, sizeof message, "KERNEL: an expression of the template fails at %s", label);
-            return fail(plan, 2, message);
-        }
-        if (r == ADMITTED) {
-            long long steps = 0;
-            for (int p = 0; p < kParams; ++p) steps += std::abs(position[p] - target_index[p]);
-            if (best < 0 || steps < best) {
-                best = steps;
-                for (int p = 0; p < kParams; ++p) best_config[p] = config[p];
-                best_inst = inst;
-            }
-        }
-        int p = kParams - 1;
-        while (p >= 0 && ++position[p] == kCounts[p]) position[p--] = 0;
-        if (p < 0) break;
-    }
-    if (best < 0) {
-        snprintf(message, sizeof message, "KERNEL: no configuration of the template runs at %s", label);
-        return fail(plan, 1, message);
-    }
-    snprintf(plan->picked_by, sizeof plan->picked_by, "closest runnable to the %s's configuration", origin);
-    return finish(plan, 0, best_config, best_inst);
-}
-
-static std::mutex plans_mutex;
-static std::map<std::array<ax_int, kSymbols + 2>, KERNEL_plan> plans;
-
-static int cached_pick(const ax_int* shape, int sms, int sm, KERNEL_plan* plan) {
-    std::array<ax_int, kSymbols + 2> key;
-    for (int s = 0; s < kSymbols; ++s) key[s] = shape[s];
-    key[kSymbols] = sms;
-    key[kSymbols + 1] = sm;
-    {
-        std::lock_guard<std::mutex> lock(plans_mutex);
-        auto found = plans.find(key);
-        if (found != plans.end()) {
-            *plan = found->second;
-            return 0;
-        }
-    }
-    const int status = pick(shape, sms, sm, plan);
-    if (status == 0) {
-        std::lock_guard<std::mutex> lock(plans_mutex);
-        if (plans.size() >= 4096) plans.clear();
-        plans[key] = *plan;
-    }
-    return status;
-}
-
-static thread_local char last_error[640];
-
-static cudaError_t remember(cudaError_t status, const char* message) {
-    snprintf(last_error, sizeof last_error, "%s", message);
-    return status;
-}
-"""
 
 
 def _c_api(table, folder, signature, carriers, host) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.jobs.generated_files import generated_text
 from astra_kernels.runtime.export_format import Group, shape_args
 
 
@@ -87,31 +88,6 @@ def swap_in(kernel: str, variant: str) -> SwapIn | None:
     return SWAPS.get(kernel)
 
 
-LAUNCHER = '''"""{kernel}: the exported kernel as a Python callable on framework tensors.
-
-    from {kernel}_launch import {kernel}
-    {kernel}({call})
-
-Tensors come through DLPack or __cuda_array_interface__ (torch, CuPy, JAX, Numba, ...), contiguous,
-{dtype}, on one GPU; each call launches on that tensor's current torch stream (the default
-stream for other frameworks, or `stream=`). The first call on a device compiles {kernel}.cu with
-NVRTC (served from the compile cache afterwards). Needs astra-kernels installed.
-"""
-
-from pathlib import Path
-
-from astra_kernels.runtime.exported_kernel import load_callable
-
-HERE = Path(__file__).parent
-_callable = None
-
-
-def {kernel}(*tensors, **scalars):
-    global _callable
-    if _callable is None:
-        _callable = load_callable(HERE)
-    return _callable(*tensors, **scalars)
-'''
 
 
 def call_example(folder: suite.KernelFolder) -> str:
@@ -123,7 +99,8 @@ def call_example(folder: suite.KernelFolder) -> str:
 
 
 def launcher_py(kernel: str, folder: suite.KernelFolder, dtype: str = "") -> str:
-    return LAUNCHER.format(kernel=kernel, call=call_example(folder), dtype=dtype or "in the table's dtype")
+    launcher = generated_text("export_launch.py.in")
+    return launcher.format(kernel=kernel, call=call_example(folder), dtype=dtype or "in the table's dtype")
 
 
 def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> str:
