@@ -1,7 +1,7 @@
 """The suite benchmark: baseline, tuned kernel, PyTorch eager and torch.compile at every shape,
 against the memory floor and the launch floor, on the local GPU.
 
-    python bench/suite.py [--kernels silu_and_mul,...] [--set astra,serving] [--tuned OUT] [--out DIR]
+    python bench/astra_bench.py [--kernels silu_and_mul,...] [--set astra,serving] [--tuned OUT] [--out DIR]
 
 The same as `astra bench` (see `astra bench --help`): it prints the table and issue 5's goals as
 measured, and with --out writes bench.json, bench.md and bench.svg.

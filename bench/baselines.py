@@ -1,4 +1,4 @@
-"""The suite's baselines against SGLang's own timings in kernels.md, on this GPU.
+"""The suite's baselines against SGLang's own timings in docs/kernels.md, on this GPU.
 
     python bench/baselines.py [--kernels silu_and_mul,...] [--json out.json]
 
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     with EvaluationWorker(timeout_s=600) as worker:
         key = device_key(worker.device["name"])
         if key is None:
-            print(f"kernels.md has no timings for {worker.device['name']}; nothing to compare", file=sys.stderr)
+            print(f"docs/kernels.md has no timings for {worker.device['name']}; nothing to compare", file=sys.stderr)
             return 1
         for name in names:
             folder = suite.load(name)
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
                     row["floor_us"] = result.floor_us
                     row["copy_bandwidth_gbs"] = result.copy_bandwidth_gbs
                 rows.append(row)
-    table = Table(title=f"Baselines vs SGLang on {worker.device['name']} (kernels.md {key} table), bf16, us")
+    table = Table(title=f"Baselines vs SGLang on {worker.device['name']} (docs/kernels.md {key} table), bf16, us")
     for col in ("kernel", "shape", "SGLang", "baseline", "baseline/SGLang", "template default",
                 "torch.compile", "floor"):
         table.add_column(col)

@@ -5,7 +5,7 @@
 Every candidate of a search is compared with the float64 reference on the host, twice (two
 seeds) per output, so at large shapes this, not the GPU, sets how many configurations a search
 measures. A bf16 output rounded from its reference is compared the way the evaluation does it
-(tools/correctness.py): as one piece (the whole-array passes it used before 2026-11-24) and in the
+(tools/measuring/correctness.py): as one piece (the whole-array passes it used before 2026-11-24) and in the
 pieces it uses now, on as many threads as the machine has cores.
 """
 

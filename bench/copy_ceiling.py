@@ -3,7 +3,7 @@
     python bench/copy_ceiling.py [--json out.json]
 
 The project's floor for every memory-bound kernel is bytes moved over copy bandwidth, so the
-ceiling must be the best copy this device does (tools/ceiling.py takes the better of the two at
+ceiling must be the best copy this device does (tools/toolchain/ceiling.py takes the better of the two at
 1 GiB); this table shows how each varies with size and launch shape.
 """
 
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
         table.add_row(f"{row['bytes'] >> 20} MiB", *(f"{v / 1e9:.0f}" for k, v in row.items() if k != "bytes"))
     console = Console()
     console.print(table)
-    console.print(f"ceiling used for floors (tools/ceiling.py): {ceiling / 1e9:.0f} GB/s")
+    console.print(f"ceiling used for floors (tools/toolchain/ceiling.py): {ceiling / 1e9:.0f} GB/s")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"device": device.properties.name, "ceiling": ceiling, "rows": rows,

@@ -11,7 +11,7 @@
    the space being every configuration measured there and "the best" the fastest of them (run
    `astra tune KERNEL --strategy exhaustive` first to store a whole space; bench/data/ holds such
    recordings from an H200). For each strategy,
-   alone and in planned rounds (tools/planner.py), the evaluations and the recorded evaluation
+   alone and in planned rounds (tools/search/rounds.py), the evaluations and the recorded evaluation
    seconds it takes to come within 2% of that best: medians over seeds. The replay answers from
    the stored measurements, so it runs anywhere and costs no GPU time.
 """

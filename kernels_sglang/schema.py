@@ -1,7 +1,7 @@
 """The schema every kernel folder's spec.py fills in: what the kernel computes and on what.
 
 A spec is data, not code paths: the signature (each argument's role, dtype and shape as
-expressions of the shape symbols), the shape sets from kernels.md, the dtypes and variants, the
+expressions of the shape symbols), the shape sets from docs/kernels.md, the dtypes and variants, the
 bytes moved (the roofline's numerator) and the tolerance. The suite turns it into concrete
 Problems for the evaluation worker, and the planner reads it to reason about the kernel.
 """
@@ -29,7 +29,7 @@ class ArgSpec(BaseModel):
 
 
 class Anchor(BaseModel):
-    """A production timing to beat, from kernels.md (CUDA-graph replay, cold L2)."""
+    """A production timing to beat, from docs/kernels.md (CUDA-graph replay, cold L2)."""
 
     device: str  # "H200" or "H100"
     shape: dict[str, int]

@@ -18,7 +18,7 @@ def gpu_kinds() -> list[str]:
 
 
 def device_key(name: str) -> str | None:
-    """The short name shipped tables and kernels.md's anchors use for a GPU, if it is one of theirs."""
+    """The short name shipped tables and docs/kernels.md's anchors use for a GPU, if it is one of theirs."""
     for key in ("H200", "H100"):
         if key in name:
             return key

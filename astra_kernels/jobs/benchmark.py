@@ -1,4 +1,4 @@
-"""`astra bench` (and bench/suite.py): every kernel and shape timed side by side, in one worker
+"""`astra bench` (and bench/astra_bench.py): every kernel and shape timed side by side, in one worker
 on one GPU, against the two floors.
 
 Per shape: the SGLang baseline, the tuned kernel (the dispatch table's pick; at a tuned shape
@@ -76,9 +76,9 @@ class BenchRow(BaseModel):
     torch_eager_status: str = ""
     torch_compile_us: float | None = None
     torch_compile_status: str = ""
-    sglang_us: float | None = None  # kernels.md's anchor for this device, when it has one
+    sglang_us: float | None = None  # docs/kernels.md's anchor for this device, when it has one
     copy_us: float | None = None  # a vector copy of the same bytes (half read, half written)
-    # The same three launched with programmatic dependent launch (--pdl; tools/pdl.py): reported
+    # The same three launched with programmatic dependent launch (--pdl; tools/toolchain/pdl.py): reported
     # beside the plain times, never mixed into the speedup, so each comparison has PDL on both sides.
     baseline_pdl_us: float | None = None
     tuned_pdl_us: float | None = None
@@ -91,7 +91,7 @@ class BenchRow(BaseModel):
 
     @property
     def slower(self) -> bool:
-        """Slower than the baseline by more than the timing spread of either measurement (design.md:
+        """Slower than the baseline by more than the timing spread of either measurement (docs/design.md:
         versions are compared only beyond the spread of timing one of them twice)."""
         if self.speedup is None:
             return False
@@ -160,7 +160,7 @@ class BenchReport(BaseModel):
             if pdl:
                 near = [r for r in pdl if r.tuned_pdl_us <= DECODE_GOAL * self.launch_floor_us]
                 ratios = [r.tuned_pdl_us / self.launch_floor_us for r in pdl]
-                lines.append(f"with PDL on (tools/pdl.py): {len(near)} of {len(pdl)} decode shapes within {DECODE_GOAL}x of "
+                lines.append(f"with PDL on (tools/toolchain/pdl.py): {len(near)} of {len(pdl)} decode shapes within {DECODE_GOAL}x of "
                              f"the plain launch floor ({min(ratios):.2f}x to {max(ratios):.2f}x)"
                              + (f"; the PDL-chained empty kernel replays at {self.launch_floor_pdl_us:.2f} us"
                                 if self.launch_floor_pdl_us else "")
@@ -348,7 +348,7 @@ def render_markdown(report: BenchReport) -> str:
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(report)]
     if pdl_rows := pdl_table_rows(report):
         lines += ["", "## With programmatic dependent launch", "",
-                  "Each kernel launched as a PDL dependent of the one before (tools/pdl.py: it waits on "
+                  "Each kernel launched as a PDL dependent of the one before (tools/toolchain/pdl.py: it waits on "
                   "`griddepcontrol.wait` before touching memory), so consecutive launches overlap their "
                   "start-up but never their data. The PDL-chained empty kernel replays at "
                   f"{_fmt(report.launch_floor_pdl_us)} us; the ratio is to the plain launch floor.", "",

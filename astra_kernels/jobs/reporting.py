@@ -43,7 +43,7 @@ STORE_IN_FOLDER = "results.sqlite"  # what `astra tune --out DIR` and `astra opt
 CEILING_NOTE = (
     "Fraction of copy bandwidth = (bytes moved / copy ceiling) / time, as each row recorded it. "
     "The copy ceiling is the `copy_bandwidth_gbs` stored with each timed row: measured by "
-    "`tools/ceiling.py` in the worker process that timed that row, on the same GPU, as the better of "
+    "`tools/toolchain/ceiling.py` in the worker process that timed that row, on the same GPU, as the better of "
     "the driver's device-to-device memcpy and a 16-byte vector copy kernel over 1 GiB (bytes read "
     "plus bytes written). Bytes moved is the suite's count for the shape (each input read once, each "
     "output written once), not measured DRAM traffic. A fraction near 1 means the kernel moves its "

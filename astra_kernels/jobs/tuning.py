@@ -85,7 +85,7 @@ class TuneReport(BaseModel):
     device: str
     arch: str
     date: str
-    replayed_from: str | None = None  # a results store answered instead of a GPU (tools/replay.py)
+    replayed_from: str | None = None  # a results store answered instead of a GPU (tools/measuring/replay.py)
     shapes: list[ShapeResult] = Field(default_factory=list)
     general: dict[str, int] | None = None
     general_us: dict[str, float] = Field(default_factory=dict)

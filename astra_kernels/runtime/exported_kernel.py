@@ -3,7 +3,7 @@
 What `astra export` wrote is run as written: `<kernel>.cu` is compiled with NVRTC (one module per
 flag group, served from the compile cache after the first time) and loaded once per GPU, and each
 call picks through the same dispatch table as the file's C++ pick (the CPU tests hold the two to
-the same answers). Tensors arrive by DLPack or __cuda_array_interface__ (tools/interop.py), are
+the same answers). Tensors arrive by DLPack or __cuda_array_interface__ (tools/toolchain/interop.py), are
 checked against the kernel's signature (dtype, shape, contiguity, alignment, one device) so a
 mistake is an error naming the argument rather than a wrong answer, and the launch goes on the
 stream the framework is using: torch's current stream for torch tensors, so the call orders with

@@ -1,8 +1,8 @@
-"""float64 reference for fused_add_rmsnorm, written from kernels.md section 3.
+"""float64 reference for fused_add_rmsnorm, written from docs/kernels.md section 3.
 
 The sum is the kernel's fp32 sum s = fp32(x) + fp32(residual) (one fp32 rounding, exact for most
 bf16/fp16 pairs). residual receives s rounded to the storage dtype; the normalisation reads the
-unrounded fp32 s, both for mean(s^2) and for s * rsqrt(...) * w: kernels.md's "(from the fp32
+unrounded fp32 s, both for mean(s^2) and for s * rsqrt(...) * w: docs/kernels.md's "(from the fp32
 sum)", and what SGLang's kernel does (it keeps the fp32 row, not the stored one, between passes).
 """
 

@@ -1,9 +1,9 @@
-"""fused_add_rmsnorm: the residual add and RMS norm between transformer layers (kernels.md section 3)."""
+"""fused_add_rmsnorm: the residual add and RMS norm between transformer layers (docs/kernels.md section 3)."""
 
 from astra_kernels.kernels_sglang.rmsnorm.spec import _ASTRA, _ODD, _SERVING
 from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
 
-# The same shape sets as rmsnorm: Astra's norm shapes are this kernel's (section 3); kernels.md
+# The same shape sets as rmsnorm: Astra's norm shapes are this kernel's (section 3); docs/kernels.md
 # lists serving shapes for rmsnorm only, but the norm runs on the same token counts and widths
 # (the 16384x8192 anchor below is one of them); the odd set covers the same edge cases, and its
 # 3x20000 row is 80 KB of fp32 in the baseline's shared memory.

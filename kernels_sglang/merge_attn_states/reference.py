@@ -1,4 +1,4 @@
-"""float64 reference for merge_attn_states, written from the math in kernels.md section 4.
+"""float64 reference for merge_attn_states, written from the math in docs/kernels.md section 4.
 
 Semantics of infinite LSEs (the kernels implement the same): an LSE of +inf or -inf marks an
 empty partial state and is treated as -inf, as SGLang's merge_state_v2 does. With one side

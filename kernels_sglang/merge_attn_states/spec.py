@@ -1,4 +1,4 @@
-"""merge_attn_states: merge two partial attention outputs by their log-sum-exp (kernels.md section 4)."""
+"""merge_attn_states: merge two partial attention outputs by their log-sum-exp (docs/kernels.md section 4)."""
 
 from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
 

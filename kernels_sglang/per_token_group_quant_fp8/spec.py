@@ -59,6 +59,6 @@ SPEC = KernelSpec(
         # rounding (or a few ulps with fast math or absmax * (1/448)): relative 1e-5 is ample.
         "fp32": Tolerance(rtol=1.0e-5, atol=0.0, max_norm_error=1.0e-5),
     },
-    # kernels.md's H200 and H100 tables have no per_token_group_quant_fp8 rows: no anchors.
+    # docs/kernels.md's H200 and H100 tables have no per_token_group_quant_fp8 rows: no anchors.
     anchors=[],
 )

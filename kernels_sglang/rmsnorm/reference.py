@@ -1,4 +1,4 @@
-"""float64 reference for rmsnorm, written from kernels.md section 2, and its input generator."""
+"""float64 reference for rmsnorm, written from docs/kernels.md section 2, and its input generator."""
 
 from __future__ import annotations
 

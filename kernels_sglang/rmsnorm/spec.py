@@ -1,8 +1,8 @@
-"""rmsnorm: the RMS normalisation before attention and the MLP (kernels.md section 2)."""
+"""rmsnorm: the RMS normalisation before attention and the MLP (docs/kernels.md section 2)."""
 
 from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
 
-# kernels.md section 2: serving T x H, plus Astra's norm shapes (the fused_add_rmsnorm list of section 3).
+# docs/kernels.md section 2: serving T x H, plus Astra's norm shapes (the fused_add_rmsnorm list of section 3).
 _SERVING = [{"T": t, "H": h} for t in (1, 16, 128, 256, 1024, 2048, 16384) for h in (4096, 8192)]
 _ASTRA = [{"T": t, "H": h} for t, h in (
     (128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336), (1024, 8192),

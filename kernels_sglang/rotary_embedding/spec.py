@@ -9,7 +9,7 @@ def _shape(n, hq, hk, d, r, p):
     return dict(zip(_SYMBOLS, (n, hq, hk, d, r, p)))
 
 
-# kernels.md section 5: Hq=32, Hk=8, D=R=128 and D=R=64, nnz in {1, 16, 256, 4096, 16384}. The
+# docs/kernels.md section 5: Hq=32, Hk=8, D=R=128 and D=R=64, nnz in {1, 16, 256, 4096, 16384}. The
 # cache holds 4096 positions for D=128 and 8192 for D=64 (2 MB either way); positions are drawn
 # inside it.
 _SERVING = [_shape(n, 32, 8, d, d, p) for d, p in ((128, 4096), (64, 8192)) for n in (1, 16, 256, 4096, 16384)]
@@ -58,5 +58,5 @@ SPEC = KernelSpec(
     flops="3 * N * (HQ + HK) * R",
     # The default bf16/fp16 tolerances fit: the result is one fp32 rotation rounded once to the
     # storage type (tests/kernels_sglang/test_rotary_embedding.py simulates it against them).
-    anchors=[],  # kernels.md's H200/H100 tables have no rotary-embedding rows
+    anchors=[],  # docs/kernels.md's H200/H100 tables have no rotary-embedding rows
 )

@@ -2,7 +2,7 @@
 
 from astra_kernels.kernels_sglang.schema import ArgSpec, KernelSpec
 
-# kernels.md section 6: T in {1, 128, 4096, 32768} x E in {8, 64, 128, 256} x k in {2, 8}.
+# docs/kernels.md section 6: T in {1, 128, 4096, 32768} x E in {8, 64, 128, 256} x k in {2, 8}.
 _SERVING = [{"T": t, "E": e, "K": k} for t in (1, 128, 4096, 32768) for e in (8, 64, 128, 256) for k in (2, 8)]
 
 # Expert counts of real models that are not powers of two (SGLang's two-launch fallback path,
@@ -42,6 +42,6 @@ SPEC = KernelSpec(
     flops="T * E * (3 + K)",
     # Weights use the default fp32 tolerance (rtol 1e-4, atol 1e-5): the probabilities are fp32
     # math on exact logits, and fast-math exp (ex2.approx) is off by a few ulp at most.
-    # kernels.md has no measured rows for topk_softmax in its H200 or H100 tables: no anchors.
+    # docs/kernels.md has no measured rows for topk_softmax in its H200 or H100 tables: no anchors.
     anchors=[],
 )

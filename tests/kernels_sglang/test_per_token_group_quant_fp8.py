@@ -213,7 +213,7 @@ def test_spec_and_instantiation(folder):
     KernelSpec.model_validate(spec.model_dump())
     assert spec.shapes["serving"] == [{"T": t, "H": h} for t in (1, 128, 4096, 16384) for h in (7168, 16384)]
     assert all(s["H"] % 128 == 0 for s in spec.all_shapes())
-    assert not spec.anchors  # kernels.md has no timing rows for this kernel
+    assert not spec.anchors  # docs/kernels.md has no timing rows for this kernel
     for dtype in spec.dtypes:
         for shape in spec.all_shapes():
             base = suite.request(folder, "baseline", shape, dtype)

@@ -213,7 +213,7 @@ def test_tolerance_fits_fp32_kernel_with_headroom(variant, dtype, shp):
 def test_spec_validates_and_shapes():
     KernelSpec.model_validate(SPEC.model_dump())
     assert SPEC.symbols == SYMBOLS
-    assert set(SPEC.shapes) == {"serving", "odd"}  # kernels.md gives no Astra shapes for rotary
+    assert set(SPEC.shapes) == {"serving", "odd"}  # docs/kernels.md gives no Astra shapes for rotary
     serving = SPEC.shapes["serving"]
     assert {(s["N"], s["D"]) for s in serving} == {(n, d) for n in (1, 16, 256, 4096, 16384) for d in (64, 128)}
     assert all(s["HQ"] == 32 and s["HK"] == 8 and s["R"] == s["D"] for s in serving)

@@ -117,7 +117,7 @@ def test_spec_shapes_and_baseline_geometry():
     assert set(SPEC.shapes) == {"serving", "odd"}
     assert len(SPEC.shapes["serving"]) == 32
     assert all(s["K"] <= s["E"] for s in SPEC.all_shapes())
-    assert not SPEC.anchors  # kernels.md has no measured rows for this kernel
+    assert not SPEC.anchors  # docs/kernels.md has no measured rows for this kernel
     folder = suite.load("topk_softmax")
     for shape in SPEC.all_shapes():
         for dtype in SPEC.dtypes:

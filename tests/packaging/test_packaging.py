@@ -149,6 +149,23 @@ def test_installed_package_imports_from_the_venv(installed, tmp_path):
     assert Path(proc.stdout.strip()).resolve().is_relative_to(installed.resolve()), proc.stdout
 
 
+@pytest.mark.slow
+@slow_install
+def test_installed_command_works_from_the_repository_root(installed):
+    """Run where a user types it, in the checkout: `python -m` would import the checkout's
+    astra_kernels/ (which holds only part of the package) in every child process; the children
+    run with -P, so the command compiles through its compiler process with the installed copy.
+    On a machine without a GPU `astra check` compiles every binary it would test (with the
+    worker's compile deadline, hence in the compiler process)."""
+    proc = subprocess.run([str(installed / BIN / "astra"), "check", "silu_and_mul", "--set", "astra"],
+                          capture_output=True, text=True, timeout=900, env=_clean_env(), cwd=ROOT)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"astra check exited {proc.returncode}:\n{output}"
+    assert "Traceback" not in output
+    if "no GPU here" in output:
+        assert re.search(r"compiled \d+ binaries of silu_and_mul \(0 failed\)", " ".join(output.split())), output
+
+
 # ------------------------------------------------------------- build_wheelhouse.py
 
 TARGET_312 = bw.target_environment("3.12", bw.DEFAULT_PLATFORMS)

@@ -42,9 +42,9 @@ FORBIDDEN = {
 # own making: pip on a build machine (nothing of the agent imports that script), this package's own
 # compiler child (sources go down a pipe, not into argv), compute-sanitizer running this package's
 # own child module on a request file it wrote.
-SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/compiler_process.py", "tools/sanitizer.py"}
+SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py", "tools/measuring/sanitizer.py"}
 # Unpickling of what the same module pickled into a private temporary folder for its own child.
-UNPICKLERS = {"tools/sanitizer.py"}
+UNPICKLERS = {"tools/measuring/sanitizer.py"}
 # Names that would carry a model's text (a kernel source, an answer) into a command line.
 MODEL_TEXT = {"source", "code", "answer", "content", "text", "messages", "rationale"}
 
@@ -125,7 +125,7 @@ def test_dynamic_imports_take_only_names_of_the_suites_own_folders():
                 assert isinstance(arg, ast.JoinedStr) and _dotted(arg.values[0].value) == "__package__", \
                     f"{name}:{node.lineno}: import_module of {ast.unparse(arg)}"
                 sites.append(name)
-    assert sites and set(sites) <= {"kernels_sglang/suite.py", "kernels_sglang/peers.py"}
+    assert sites and set(sites) <= {"kernels_sglang/suite.py", "astra_kernels/jobs/torch_tensors.py"}
     with pytest.raises(suite.UnknownKernelError):
         suite.load("../../os")
 

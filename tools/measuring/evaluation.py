@@ -1,6 +1,6 @@
 """One evaluation, start to finish, inside the worker: compile, check, time.
 
-This is the protocol every number in the project comes from (design.md, "Measuring a kernel"):
+This is the protocol every number in the project comes from (docs/design.md, "Measuring a kernel"):
 fresh seeded inputs for each check, outputs poisoned with NaN, read-only inputs verified
 unchanged, a second draw that must change the outputs, then CUDA-graph timing over rotating
 input sets against the copy-bandwidth floor measured in the same process.
@@ -25,6 +25,7 @@ from astra_kernels.tools.toolchain.device import Device, DeviceArena, DeviceBuff
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.errors import (
     AstraError, CompileError, CompileTimeoutError, KernelNotFoundError, LaunchArgumentError, LaunchError,
+    ToolchainError,
 )
 from .guards import GUARD_BYTES, GuardedBuffers
 from .problem import Case, Problem
@@ -35,7 +36,8 @@ from astra_kernels.tools.toolchain.targets import STATIC_SHARED_LIMIT
 Status = Literal[
     "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout",
     "compile_timeout",  # NVRTC ran past the worker's compile deadline; its process was killed
-    "unrecorded",  # a replay (tools/replay.py) has no measurement of this candidate: nothing ran
+    "unrecorded",  # a replay (tools/measuring/replay.py) has no measurement of this candidate: nothing ran
+    "toolchain_error",  # the compiler itself could not run (not the candidate's fault): never stored
 ]
 
 
@@ -69,7 +71,7 @@ class EvaluationRequest:
     min_launches: int = 20
     stream_timing: bool = True
     input_layout: Literal["arena", "separate"] = "arena"
-    pdl: bool = False  # launch as a programmatic dependent of the previous grid (tools/pdl.py)
+    pdl: bool = False  # launch as a programmatic dependent of the previous grid (tools/toolchain/pdl.py)
     label: str = ""
 
 
@@ -141,7 +143,7 @@ def seeded_case(problem: Problem, seed: int) -> Case:
 
 def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int,
               guard_bytes: int = GUARD_BYTES):
-    """Launch once on a seeded draw, its buffers between guard bands (tools/guards.py) in the
+    """Launch once on a seeded draw, its buffers between guard bands (tools/measuring/guards.py) in the
     request's layout; return (checks, outputs as downloaded, expected)."""
     problem = request.problem
     case = seeded_case(problem, seed)
@@ -309,6 +311,8 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         # refused leaves it usable, and the worker need not be replaced for it.
         result.status, result.message = "launch_error", str(exc)
         result.fatal = device.context_error() is not None
+    except ToolchainError as exc:  # every candidate would fail the same way: the worker raises it
+        result.status, result.message = "toolchain_error", str(exc)
     except AstraError as exc:
         result.status, result.message = "invalid", f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # a bug in a case factory or here: report it, keep the worker honest

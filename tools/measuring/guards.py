@@ -8,7 +8,7 @@ launches place each buffer between two bands of a known pattern, in the evaluati
 byte fails the evaluation, naming the buffer, the side and the offset.
 
 Timing runs on the unguarded layout, so bands never change a measured time. A write that jumps
-past a band is not seen here; compute-sanitizer's memcheck (tools/sanitizer.py) sees those, on a
+past a band is not seen here; compute-sanitizer's memcheck (tools/measuring/sanitizer.py) sees those, on a
 layout without bands, since a write into a band is inside an allocation and legal to memcheck.
 """
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.toolchain.compiler_process import child_environment, python_command
+from astra_kernels.tools.toolchain.processes import child_environment, python_command
 from .evaluation import EvaluationRequest, EvaluationResult
 
 ERROR_EXIT_CODE = 86  # what compute-sanitizer exits with when it found errors (--error-exitcode)

@@ -179,6 +179,11 @@ class EvaluationWorker:
             )
         if result.fatal:
             self._replace()
+        if result.status == "toolchain_error":
+            # NVRTC missing, or the compiler process unable to start (a checkout shadowing the
+            # installed package, say): no candidate can compile, so this is the run's error, not a
+            # result to store or a row of dashes in a table.
+            raise WorkerError(f"the evaluation worker cannot compile: {result.message}")
         return result
 
     def call(self, function: Callable, *args, timeout_s: float | None = None):

@@ -1,6 +1,6 @@
 """The runner: evaluates what a strategy proposes, within a budget, through the results store.
 
-Strategies only propose (tools/strategies.py); the runner turns a configuration into a request,
+Strategies only propose (tools/search/strategies.py); the runner turns a configuration into a request,
 answers it from the results store when this exact measurement exists (so a re-run or a resumed
 run evaluates nothing twice), otherwise sends it to the evaluation worker and stores the result,
 failures included. Budgets count proposals, reused or not, so a resumed search retraces the same

@@ -2,7 +2,7 @@
 
 Stage one applies the template's constraints; stage two compiles what is left, in parallel, and
 drops what does not compile; stage three reads each binary's ptxas report against the hardware
-limits (tools/hardware.py). The survivors are what a search strategy may propose, each with its
+limits (tools/search/hardware.py). The survivors are what a search strategy may propose, each with its
 resources and occupancy already known; the report shows the space shrinking and why.
 """
 

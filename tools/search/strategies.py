@@ -1,6 +1,6 @@
 """Search strategies: they only propose configurations; a runner evaluates them.
 
-A strategy sees the candidates that survived the pruned space (tools/space.py) and the scores of
+A strategy sees the candidates that survived the pruned space (tools/search/space.py) and the scores of
 what it proposed before (per-launch microseconds, or None for a failure), and answers with the
 next configuration, or None when it has nothing more to propose. Budgets live in the runner.
 """

@@ -1,8 +1,8 @@
 """Template expressions as C++: the same values, computed by host code that has no Python.
 
-An exported kernel (kernels_sglang/export.py) must pick configurations and compute launch shapes
+An exported kernel (astra_kernels/jobs/exporting/cuda_file.py) must pick configurations and compute launch shapes
 exactly as the Python tuner does, from a plain C++ program. So every expression is translated
-node by node from the same parsed tree that tools/expressions.py evaluates, keeping Python's
+node by node from the same parsed tree that tools/templating/expressions.py evaluates, keeping Python's
 integer semantics where C++ differs: floor division and modulo round toward negative infinity,
 `and`/`or`/comparisons give 0 or 1 (the evaluator returns booleans there), and what raises in
 Python (division by zero, a negative shift) or has no 64-bit integer value (a negative power,
@@ -68,7 +68,7 @@ inline ax_int ax_mod(int& err, ax_int a, ax_int b) {
     return r;
 }
 inline ax_int ax_pow(int& err, ax_int a, ax_int b) {
-    if (b < 0 || b > 64) { err = 1; return 0; }  // tools/expressions.py bounds exponents at 64
+    if (b < 0 || b > 64) { err = 1; return 0; }  // tools/templating/expressions.py bounds exponents at 64
     ax_int r = 1;
     for (ax_int i = 0; i < b && !err; ++i) r = ax_mul(err, r, a);
     return r;

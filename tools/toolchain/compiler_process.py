@@ -21,25 +21,10 @@ import time
 from multiprocessing.connection import Connection
 
 from .nvrtc import CompiledModule, CompileOptions, Diagnostic
+from .processes import child_environment, python_command
 from astra_kernels.tools.errors import CompileError, CompileTimeoutError, ToolchainError
 
 START_TIMEOUT_S = 120.0
-
-
-def python_command(module: str) -> list[str]:
-    """`python -m module` as this interpreter was started: with -P (no working directory on the
-    import path) when this process has it, so a checkout's partial astra_kernels/ folder cannot
-    shadow the installed package in the child when it does not in the parent."""
-    return [sys.executable, *(["-P"] if sys.flags.safe_path else []), "-m", module]
-
-
-def child_environment() -> dict[str, str]:
-    """This process's environment, with its import path, so the child imports what we import
-    (a source checkout, a test folder) and not only what is installed."""
-    env = dict(os.environ)
-    paths = [p for p in sys.path if p and os.path.isdir(p)]
-    env["PYTHONPATH"] = os.pathsep.join(paths + [env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
-    return env
 
 
 class CompilerProcess:

@@ -1,6 +1,6 @@
 """The GPU through cuda-python's driver API: one context, buffers, modules, launches.
 
-Everything here runs inside the evaluation worker (tools/worker.py), which owns the process's
+Everything here runs inside the evaluation worker (tools/measuring/worker.py), which owns the process's
 only CUDA context; a fault poisons that context, and the worker is what gets replaced.
 """
 
@@ -267,7 +267,7 @@ class Device:
 
     def launch(self, kernel: Kernel, grid, block, args, shared: int = 0, stream=None, pdl: bool = False) -> None:
         """Enqueue one launch; argument errors raise before the driver sees anything. `pdl` allows
-        the grid to start before the previous one on the stream ends (tools/pdl.py)."""
+        the grid to start before the previous one on the stream ends (tools/toolchain/pdl.py)."""
         grid = _dim3(grid, "grid")
         block = _dim3(block, "block")
         threads = block[0] * block[1] * block[2]

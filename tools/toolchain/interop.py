@@ -18,7 +18,7 @@ from astra_kernels.tools.errors import LaunchArgumentError
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DEVICE_NAMES = {KDL_CPU: "cpu", KDL_CUDA: "cuda", KDL_CUDA_HOST: "cuda pinned host memory",
                  KDL_CUDA_MANAGED: "cuda managed memory", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm"}
-# (DLPack type code, bits) -> the project's dtype names (tools/dtypes.py); code 0 int, 1 uint, 2 float, 4 bfloat.
+# (DLPack type code, bits) -> the project's dtype names (tools/toolchain/dtypes.py); code 0 int, 1 uint, 2 float, 4 bfloat.
 _DLPACK_DTYPES = {(2, 16): "fp16", (2, 32): "fp32", (2, 64): "fp64", (4, 16): "bf16", (0, 8): "int8",
                   (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (1, 32): "uint32", (1, 64): "uint64"}
 _TYPESTRS = {"<f2": "fp16", "<f4": "fp32", "<f8": "fp64", "|i1": "int8", "<i4": "int32", "<i8": "int64",

@@ -10,7 +10,7 @@ finished data, just as SGLang's kernels do when they launch with PDL enabled.
 A kernel of the suite is made PDL-ready by putting, at the top of its body, the trigger that lets
 the next grid launch (`griddepcontrol.launch_dependents`) and then the wait. The kernel text
 itself is left alone: results stores key on the source, so the plain version keeps its
-recorded measurements and the PDL version is measured as a version of its own. design.md asks
+recorded measurements and the PDL version is measured as a version of its own. docs/design.md asks
 for PDL to be reported separately, with both sides compared with it off.
 """
 

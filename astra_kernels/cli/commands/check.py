@@ -34,6 +34,7 @@ def run(args) -> int:
     from astra_kernels.jobs import checking
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.measuring.worker import EvaluationWorker
+    from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
     from astra_kernels.tools.toolchain.compiler import compile_many
     from astra_kernels.tools.toolchain.driver import gpu_available
 
@@ -45,7 +46,8 @@ def run(args) -> int:
         rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants,
                              samples=args.samples, arch=args.arch or DEFAULT_ARCH)
         unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
-        outcomes = compile_many(unique.values())
+        # the worker's compile deadline: a compile that never ends stops, named, as on a GPU
+        outcomes = compile_many(unique.values(), timeout_s=COMPILE_TIMEOUT_S)
         failed = [o for o in outcomes if o.module is None]
         console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
                       f"({len(failed)} failed) for {args.arch or DEFAULT_ARCH}; testing them needs an NVIDIA GPU.")

@@ -5,7 +5,7 @@ package at run time (the launcher compiles the template per configuration); an e
 does not: `<kernel>.cu` holds every binary the table can launch (each configuration compiled from
 the template text with its defines, the baseline where the table keeps it), the shared header
 inlined, and a host function that picks and launches exactly as dispatch.py and launcher.py do,
-its expressions translated from the template's (tools/expressions_cpp.py), so `nvcc` alone builds
+its expressions translated from the template's (tools/templating/expressions_cpp.py), so `nvcc` alone builds
 it into any program. Beside it: `<kernel>_launch.py` (the file as a Python callable on framework
 tensors, exported.py), `README.md` (how to swap it into SGLang) and `export.json` (what the file
 holds, read by the callable).
@@ -440,7 +440,7 @@ def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command,
                 for a in spec.args) + ".",
             "// Tensors are contiguous, 16-byte aligned and on the current device.",
             "//",
-            "// The pick (kernels_sglang/dispatch.py): at a tuned shape, its best (the baseline where nothing",
+            "// The pick (astra_kernels/runtime/dispatch.py): at a tuned shape, its best (the baseline where nothing",
             "// beat it); elsewhere the nearest tuned shape's (distance: the sum over the shape symbols of",
             "// |log a - log b|) whose configuration the template's constraints admit at the shape; else the",
             "// general configuration; else the admitted configuration fewest value steps from the nearest",

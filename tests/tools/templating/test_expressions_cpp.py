@@ -1,7 +1,7 @@
 """Template expressions translated to C++ give exactly what the Python evaluator gives: every
 expression of every kernel's template and baseline, plus the corners where C++ and Python integers
 differ (floor division and modulo of negatives, chained comparisons, short-circuits, errors), each
-evaluated by a compiled C++ program over many environments and compared with tools/expressions.py."""
+evaluated by a compiled C++ program over many environments and compared with tools/templating/expressions.py."""
 
 from __future__ import annotations
 

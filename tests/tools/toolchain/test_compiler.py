@@ -156,3 +156,20 @@ def test_compile_many_parallel_matches_serial_and_keeps_errors(tmp_path):
         assert p.module.kernels == s.module.kernels
     with pytest.raises(UnknownArchError):
         compile_many([(SCALE, CompileOptions(arch="sm_1"))], cache=False)
+
+
+def test_the_compiler_process_ignores_a_partial_package_in_the_working_directory(tmp_path, monkeypatch):
+    """Started from a checkout (whose astra_kernels/ holds only part of the package), the compiler
+    child still imports what this process imports: it runs with -P, never the working directory."""
+    from astra_kernels.tools.toolchain.compiler_process import CompilerProcess
+
+    (tmp_path / "astra_kernels").mkdir()
+    (tmp_path / "astra_kernels" / "__init__.py").write_text("raise ImportError('the checkout, not the package')\n")
+    monkeypatch.chdir(tmp_path)
+    child = CompilerProcess(start_timeout_s=120)
+    try:
+        module = child.compile(SCALE, CompileOptions(arch="sm_90", defines=DEFINES), name="scale.cu", cache_dir=None,
+                               timeout_s=120)
+    finally:
+        child.close()
+    assert "scale_bf16" in module.kernels
