@@ -1,4 +1,4 @@
-// fused_add_rmsnorm as SGLang runs it (FlashInfer's FusedAddRMSNorm kernel; docs/kernels.md section 3):
+// fused_add_rmsnorm as SGLang runs it (FlashInfer's FusedAddRMSNorm kernel; kernels.md section 3):
 // one CTA per row, block (32, num_warps) with num_warps = ceil(min(1024, H / vec) / 32),
 // vec = gcd(16 / sizeof(T), H). Pass 1 loads x and residual in vectors (rounds of 32 * num_warps
 // vectors), forms the fp32 sum s = x + residual, writes s rounded to T back to residual, keeps the

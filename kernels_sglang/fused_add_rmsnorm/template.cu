@@ -1,4 +1,4 @@
-// fused_add_rmsnorm with its degrees of freedom explicit (docs/kernels.md section 3). A row of H
+// fused_add_rmsnorm with its degrees of freedom explicit (kernels.md section 3). A row of H
 // elements is H / VEC vectors handled by ROW_THREADS threads (a whole number of warps); ROWS rows
 // share a CTA (a warp or a few per row when rows are short and many). Pass 1 forms the fp32 sum
 // s = x + residual, writes s rounded to T to residual and sums s^2; pass 2 writes

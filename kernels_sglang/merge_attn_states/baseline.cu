@@ -1,4 +1,4 @@
-// merge_attn_states as SGLang runs it (docs/kernels.md section 4, the v1 scheme of FlashInfer's
+// merge_attn_states as SGLang runs it (kernels.md section 4, the v1 scheme of FlashInfer's
 // merge_state that sgl-kernel builds): one CTA per token, block (D / vec, heads) with
 // vec = max(16 / sizeof(T), D / 32), so each thread owns one vector of one head; every thread
 // reads both LSEs of its head and computes the weights itself (nothing is shared: no shared

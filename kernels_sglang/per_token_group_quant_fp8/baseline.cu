@@ -1,4 +1,4 @@
-// per_token_group_quant_fp8 as SGLang's sgl-kernel runs it (docs/kernels.md section 7; the version with
+// per_token_group_quant_fp8 as SGLang's sgl-kernel runs it (kernels.md section 7; the version with
 // 16 threads per group): groups of 128 contiguous elements, 16 threads per group, G groups per CTA
 // with G the largest of 16, 8, 4, 2, 1 dividing the total group count (so no CTA has a partial
 // group and there are no bounds checks; a CTA of one group is a half warp), grid = groups / G.

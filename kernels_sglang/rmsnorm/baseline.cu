@@ -1,4 +1,4 @@
-// rmsnorm as SGLang runs it (FlashInfer's RMSNorm kernel; docs/kernels.md section 2): one CTA per row,
+// rmsnorm as SGLang runs it (FlashInfer's RMSNorm kernel; kernels.md section 2): one CTA per row,
 // block (32, num_warps) with num_warps = ceil(min(1024, H / vec) / 32), vec = gcd(16 / sizeof(T), H).
 // Pass 1 loads the row in vectors (rounds of 32 * num_warps vectors) and sums squares in fp32;
 // a warp butterfly (shfl_xor), per-warp partials in dynamic shared memory, warp 0 finishes and

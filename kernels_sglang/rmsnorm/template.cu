@@ -1,4 +1,4 @@
-// rmsnorm with its degrees of freedom explicit (docs/kernels.md section 2). A row of H elements is
+// rmsnorm with its degrees of freedom explicit (kernels.md section 2). A row of H elements is
 // H / VEC vectors handled by ROW_THREADS threads (a whole number of warps); ROWS rows share a CTA
 // (a warp or a few per row when rows are short and many). With ITEMS > 0 each thread keeps its
 // ITEMS vectors of x in registers between the two passes, so x is read from memory once (SGLang

@@ -1,4 +1,4 @@
-// Rotary embedding as SGLang runs it (docs/kernels.md section 5; sgl-kernel's
+// Rotary embedding as SGLang runs it (kernels.md section 5; sgl-kernel's
 // apply_rope_pos_ids_cos_sin_cache, FlashInfer's scheme): a head of D elements is handled by
 // BDX = D / vec threads, vec = max(16 / sizeof(T), D / 32) elements each, and a CTA of
 // max(128, BDX) threads is a (BDX, BDY) tile of BDY tokens. Each thread loads its cos/sin once per

@@ -1,4 +1,4 @@
-// silu_and_mul as SGLang runs it (docs/kernels.md section 1): one CTA per token, blockDim =
+// silu_and_mul as SGLang runs it (kernels.md section 1): one CTA per token, blockDim =
 // min(d / vec, 256), vec the widest power of two dividing d within 16 bytes, a block-stride loop
 // over the row that the compiler must not unroll (one vector of each half in flight per thread,
 // as in the production loop), no shared memory; built with fast math and a 128-register cap like

@@ -1,4 +1,4 @@
-// topk_softmax as SGLang runs it (docs/kernels.md section 6).
+// topk_softmax as SGLang runs it (kernels.md section 6).
 //
 // E a power of two <= 256: one fused kernel with blocks of 4 warps, block (32, 4). A row of E
 // logits belongs to a group of TPR = E / VPT adjacent lanes, so a warp holds 32 / TPR rows. Each
