@@ -4,6 +4,6 @@ The server loads this file by path, not as part of the package, so it imports ab
 the installed package; `langgraph dev` installs it from the repository (dependencies: ["."]).
 """
 
-from .builder import graph
+from astra_kernels.graph.builder import graph
 
 __all__ = ["graph"]

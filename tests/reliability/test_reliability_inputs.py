@@ -77,8 +77,8 @@ BROKEN_FOLDERS = {
         {"spec_py": SPEC.replace("_SERVING = [", "_SERVING = undefined_name + [", 1)}, "spec.py", "_SERVING =",
         "NameError"),
     "spec.py imports what does not exist": (
-        {"spec_py": SPEC.replace("from ..schema import", "from ..schema import NoSuchThing,", 1)}, "spec.py",
-        "from ..schema import", "ImportError"),
+        {"spec_py": SPEC.replace("schema import", "schema import NoSuchThing,", 1)}, "spec.py",
+        "schema import", "ImportError"),
     "a shape lacks a symbol": (
         {"spec_py": SPEC.replace('_ODD = [{"T": t, "H": h}', '_ODD = [{"T": t}', 1)}, "spec.py", "SPEC = ",
         "must set exactly"),

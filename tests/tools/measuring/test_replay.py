@@ -109,7 +109,7 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     with pytest.raises(AstraError, match="no shipped recording of merge_attn_states.*shipped recordings: .*rmsnorm"):
         recordings.resolve("recorded:h200-2026-11-23", "merge_attn_states")
     assert recordings.resolve("recorded", "merge_attn_states").parent.name == "h200-2026-11-24"
-    assert cli.main(["tune", "merge_attn_states", "--replay", "recorded:h200-2026-11-23", "--out", str(tmp_path)]) == 1
+    assert cli.main(["tune", "merge_attn_states", "--replay", "recorded:h200-2026-11-23", "--out", str(tmp_path)]) == 2
 
 
 def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
