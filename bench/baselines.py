@@ -16,9 +16,9 @@ import math
 import sys
 from datetime import datetime, timezone
 
-from rich.console import Console
 from rich.table import Table
 
+from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.tuned_tables import device_key
 from astra_kernels.tools.measuring.worker import EvaluationWorker
@@ -69,8 +69,7 @@ def main(argv=None) -> int:
                       f"{r['template_us']:.2f}" if r["template_us"] else r["template_status"][:30],
                       f"{r['torch_compile_us']:.2f}" if r["torch_compile_us"] else "",
                       f"{r['floor_us']:.2f}" if r["floor_us"] else "")
-    console = Console(width=140)
-    console.print(table)
+    print_table(table)
     if ratios:
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
         within = sum(0.85 <= x <= 1.15 for x in ratios)

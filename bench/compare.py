@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 
 import ml_dtypes
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
+from astra_kernels.cli.output import print_table  # one console: whole lines and Markdown tables when piped
 from astra_kernels.tools.measuring import correctness
 from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(f"{r['elements']:,}", f"{r['one_pass_s']:.2f}", f"{r['pieces_s']:.2f}", f"{r['speedup']:.1f}x")
-    Console().print(table)
+    print_table(table)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.machine(),

@@ -14,9 +14,9 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from rich.console import Console
 from rich.table import Table
 
+from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
 from astra_kernels.tools.toolchain.ceiling import copy_bandwidth, kernel_copy_bandwidth, memcpy_bandwidth
 from astra_kernels.tools.toolchain.device import Device
 
@@ -41,8 +41,7 @@ def main(argv=None) -> int:
         table.add_column(col)
     for row in rows:
         table.add_row(f"{row['bytes'] >> 20} MiB", *(f"{v / 1e9:.0f}" for k, v in row.items() if k != "bytes"))
-    console = Console()
-    console.print(table)
+    print_table(table)
     console.print(f"ceiling used for floors (tools/toolchain/ceiling.py): {ceiling / 1e9:.0f} GB/s")
     if args.json:
         with open(args.json, "w") as handle:

@@ -3,8 +3,8 @@ inputs tried, data lost.
 
     python bench/reliability.py [TEST_FILE ...] [--json out.json] [-k EXPR] [--gpu]
 
-Runs the fault suite (tests/test_reliability_*.py and the kernel-fault tests,
-test_kernel_faults.py and test_gpu_faults.py) under pytest in this process and counts, per theme, the cases
+Runs the fault suite (tests/reliability/: test_reliability_*.py and the kernel-fault tests,
+test_kernel_faults.py and test_kernel_faults_on_gpu.py) under pytest in this process and counts, per theme, the cases
 run and how they ended. Each case injects one fault or one bad input and asserts that the run
 goes on (or stops with an error naming the problem), that the fault is recorded with its reason,
 and that nothing measured before it is lost, so "survived" is a passed case and "data lost" is
@@ -33,8 +33,10 @@ THEMES = {
     "test_reliability_store.py": "results-store faults: concurrent writers, kills, torn and damaged files",
     "test_reliability_inputs.py": "malformed kernel folders, templates and expressions",
     "test_reliability_security.py": "security: no eval or shell, strict checkpoints, planted keys",
+    "test_reliability_cli.py": "bad input on the command line, and runs that measure nothing",
+    "test_reliability_signals.py": "Ctrl-C, SIGTERM and SIGKILL while compiling: fast exit, no process left",
     "test_kernel_faults.py": "kernel faults, CPU side: compile timeout, guard bands, refusals",
-    "test_gpu_faults.py": "kernel faults on the GPU",
+    "test_kernel_faults_on_gpu.py": "kernel faults on the GPU",
 }
 # Themes whose cases each assert that no committed measurement was lost.
 DATA_THEMES = {"test_reliability_chat.py", "test_reliability_kill.py", "test_reliability_store.py"}
@@ -57,9 +59,9 @@ class _Outcomes:
 
 
 def suite_files() -> list[str]:
-    tests = ROOT / "tests"
+    tests = ROOT / "tests" / "reliability"
     return [str(p) for p in sorted(tests.glob("test_reliability_*.py"))] + [
-        str(tests / name) for name in ("test_kernel_faults.py", "test_gpu_faults.py") if (tests / name).is_file()]
+        str(tests / name) for name in ("test_kernel_faults.py", "test_kernel_faults_on_gpu.py") if (tests / name).is_file()]
 
 
 def _gpu() -> str:
@@ -95,7 +97,7 @@ def render(figures: dict) -> str:
     total = Counter()
     for name, counts in figures["themes"].items():
         total.update(counts)
-        lines.append(f"| {THEMES.get(name, name)} | `tests/{name}` | {sum(counts.values())} | "
+        lines.append(f"| {THEMES.get(name, name)} | `tests/reliability/{name}` | {sum(counts.values())} | "
                      f"{counts.get('passed', 0)} | {counts.get('failed', 0)} | {counts.get('skipped', 0)} |")
     lines.append(f"| all | | {sum(total.values())} | {total.get('passed', 0)} | {total.get('failed', 0)} | "
                  f"{total.get('skipped', 0)} |")

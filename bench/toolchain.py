@@ -19,9 +19,9 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from rich.console import Console
 from rich.table import Table
 
+from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions, nvrtc_version
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.measuring.worker import EvaluationWorker
@@ -131,7 +131,6 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
-    console = Console()
     report = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "cpus": os.cpu_count(), "nvrtc": nvrtc_version(),
@@ -143,7 +142,7 @@ def main(argv=None) -> int:
     for label, f in report["compile"].items():
         table.add_row(f"{label} ({f['workers']})", f"{f['wall_s']:.2f}", f"{f['ms_per_variant_wall']:.1f}",
                       f"{f['ms_per_variant_nvrtc_median']:.1f}", f"{f['variants_per_s']:.1f}")
-    console.print(table)
+    print_table(table)
     if gpu_available():
         report["gpu"] = g = gpu_figures(args.repeats)
         t = Table(title=f"Evaluation on {g['device']}")
@@ -160,7 +159,7 @@ def main(argv=None) -> int:
         t.add_row("  host overhead beyond the kernel", f"{e['host_overhead_s_median'] * 1000:.0f} ms")
         t.add_row("first evaluation (compile + worker warm-up)", f"{e['first_wall_s'] * 1000:.0f} ms")
         t.add_row("check-only evaluation wall time", f"{g['check_only_wall_s_median'] * 1000:.0f} ms")
-        console.print(t)
+        print_table(t)
     else:
         console.print("[yellow]no GPU here: evaluation figures need one (compile figures above are real)")
     if args.json:

@@ -29,9 +29,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.compiler import compile_many
@@ -48,7 +48,6 @@ from astra_kernels.tools.templating.template import Exclusion
 
 WITHIN = 0.02
 SEEDS = 5
-console = Console(width=150)
 
 
 def compile_rate(kernel: str, count: int, arch: str) -> dict:
@@ -215,7 +214,7 @@ def main(argv=None) -> int:
                               f"{args.round_budget})",
                               f"{row['median_evaluations']:g}" if row["median_evaluations"] else "—",
                               f"{row['median_seconds']:.1f}" if row["median_seconds"] else "—")
-        console.print(table)
+        print_table(table)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from astra_kernels.tools.errors import UsageError
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.measuring.problem import Tolerance
 
@@ -98,11 +99,42 @@ class KernelSpec(BaseModel):
     def label(self, shape: dict[str, int]) -> str:
         return "x".join(str(shape[s]) for s in self.symbols)
 
+    def shape_format(self) -> str:
+        """How a shape is written on a command line: the symbols in the order parse_shape reads
+        them (`TxH`)."""
+        return "x".join(self.symbols)
+
+    def example_shape(self) -> str:
+        """A shape string parse_shape takes: the first one a run takes when none is given."""
+        return self.label(self.default_shapes()[0])
+
+    def shape_syntax(self) -> str:
+        """What an error about a shape asks for: `TxH with positive integers, e.g. 128x4096`."""
+        return f"{self.shape_format()} with positive integers, e.g. {self.example_shape()}"
+
     def parse_shape(self, text: str) -> dict[str, int]:
-        """`16x4096` -> {T: 16, D: 4096}, in the order of `symbols`."""
-        parts = text.lower().split("x")
+        """`16x4096` -> {T: 16, H: 4096}, in the order of `symbols`; UsageError naming the text
+        and how to write one otherwise."""
+        parts = text.strip().lower().split("x")
         if len(parts) != len(self.symbols) or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ValueError(
-                f"{text!r} is not a {self.name} shape; write {'x'.join(self.symbols)} with positive integers"
-            )
+            raise UsageError(f"{text!r} is not a {self.name} shape; write {self.shape_syntax()}")
         return dict(zip(self.symbols, map(int, parts)))
+
+    def parse_shapes(self, text: str) -> list[dict[str, int]]:
+        """A comma-separated list of shapes (`16x4096,64x8192`); an empty item is an error, not
+        skipped, since it is most often a shape lost to a typo."""
+        items = text.split(",")
+        if not text.strip() or any(not item.strip() for item in items):
+            raise UsageError(f"{text!r} has an empty shape; write shapes as {self.shape_syntax()}, "
+                             "separated by commas")
+        return [self.parse_shape(item) for item in items]
+
+    def check_dtype(self, dtype: str) -> str:
+        if dtype not in self.dtypes:
+            raise UsageError(f"{self.name} does not run in {dtype}; it runs in {', '.join(self.dtypes)}")
+        return dtype
+
+    def check_variant(self, variant: str) -> str:
+        if variant not in self.variants:
+            raise UsageError(f"{self.name} has no variant {variant!r}; it has {', '.join(self.variants)}")
+        return variant

@@ -22,7 +22,7 @@ import numpy as np
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype
 from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, DEFAULT_SMS
-from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.errors import AstraError, UsageError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, LaunchShape
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.measuring.problem import Case, Param, Problem
@@ -147,10 +147,8 @@ def compute_capability(arch: str | None) -> int:
 
 def environment(spec: KernelSpec, shape: dict[str, int], dtype: str, variant: str,
                 sms: int = DEFAULT_SMS, arch: str | None = None) -> dict[str, int]:
-    if dtype not in spec.dtypes:
-        raise AstraError(f"{spec.name} does not run in {dtype}; it runs in {', '.join(spec.dtypes)}")
-    if variant not in spec.variants:
-        raise AstraError(f"{spec.name} has no variant {variant!r}; it has {', '.join(spec.variants)}")
+    spec.check_dtype(dtype)
+    spec.check_variant(variant)
     return {**shape, "ELEM_BYTES": numpy_dtype(dtype).itemsize, "SMS": sms, "SM": compute_capability(arch),
             **spec.variants[variant]}
 
@@ -215,6 +213,18 @@ def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
         launch=LaunchShape(instance.grid, instance.block, instance.shared_bytes),
         label=f"{prob.label} {name}",
     )
+
+
+def check_run(folder: KernelFolder, shapes: list[dict[str, int]], dtype: str, variant: str = "default") -> None:
+    """UsageError unless the kernel runs in `dtype` and `variant` at every shape: a shape its own
+    baseline excludes (1x100 for a kernel defined on groups of 128) is not a shape of the kernel,
+    and saying so before a run beats a run that measures nothing."""
+    folder.spec.check_dtype(dtype)
+    folder.spec.check_variant(variant)
+    for shape in shapes:
+        excluded = request(folder, "baseline", shape, dtype, variant)
+        if isinstance(excluded, Exclusion):
+            raise UsageError(f"{folder.name} does not run at {folder.spec.label(shape)}: {excluded.reason}")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from astra_kernels.nodes.shared.progress import say
 
 def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
-    folder = suite.load(state["kernel"])
+    folder = suite.load(state.get("kernel"))
     spec = folder.spec
     dtype = state.get("dtype") or spec.default_dtype()
     shapes = _checked_shapes(spec, state.get("shapes")) or spec.default_shapes()

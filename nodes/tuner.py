@@ -34,11 +34,21 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         if trial is None:
             say("tuner", label)
 
+    reported = {}
+
+    def compiling(label, done, total):
+        # A progress event (a bar in `astra optimize`) at each twentieth of the space, not each
+        # of its hundreds of compiles: the stream is the notebook's and Studio's too.
+        step = done * 20 // total
+        if reported.get(label) != step:
+            reported[label] = step
+            say("tuner", f"{label}: compiling the space", progress={"done": done, "total": total})
+
     # A model's template may compile for ever at some parameter values; the suite's own never does.
     deadline = None if source == suite.load(state["kernel"]).template.source else COMPILE_TIMEOUT_S
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
                          budget=Budget(seconds=context.tune_seconds / len(shapes)), sample=context.tune_sample,
-                         progress=progress, compile_timeout_s=deadline)
+                         progress=progress, compile_timeout_s=deadline, compiling=compiling)
     measurements, configs = [], {}
     for shaped in report.shapes:
         best, best_us = shaped.search.best_config, shaped.search.best_us

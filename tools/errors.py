@@ -8,8 +8,17 @@ missing GPU tells the user what can run without one) instead of parsing strings.
 from __future__ import annotations
 
 
-class AstraError(Exception):
-    """Base of every error this package raises on purpose."""
+class AstraError(RuntimeError):
+    """Base of every error this package raises on purpose. A RuntimeError, because LangGraph's
+    server (`langgraph dev`, Studio) passes a failed run's message to the client only for builtin
+    exception types and answers "An internal error occurred" for any other: a kernel name typed
+    wrong in Studio must come back as the project's own sentence."""
+
+
+class UsageError(AstraError, ValueError):
+    """An input the user wrote that the command cannot take (a malformed shape, an unknown dtype,
+    a negative budget): the CLI exits 2 on it, argparse's convention for a bad argument. A
+    ValueError too, so code that parses without the CLI can catch what it always caught."""
 
 
 class NoGpuError(AstraError):

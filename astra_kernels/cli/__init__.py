@@ -4,9 +4,15 @@ this small main that builds the parser from them and turns every project error i
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import sys
+import threading
+
+from rich.markup import escape
 
 from astra_kernels import __version__
+from astra_kernels.cli.arguments import Parser
 from astra_kernels.cli.commands import (
     bench, check, doctor, export, kernels, optimize, report, space, tune, verify,
 )
@@ -18,7 +24,7 @@ COMMANDS = (doctor, compile_command, kernels, check, space, tune, optimize, benc
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="astra",
         description="astra-kernels: make SGLang's CUDA kernels faster, with every number measured.",
     )
@@ -29,14 +35,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt. Being one, it runs the same clean-up
+    on its way out (the compile pool's workers killed, the evaluation worker closed, the results
+    store closed): the default SIGTERM would end this process on the spot and leave its children
+    running."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame) -> None:
+    """Ctrl-C or SIGTERM: kill the compile workers at once, then raise in the main thread.
+
+    The kill comes first because the main thread may only be waiting on another one (`astra
+    optimize` runs each node in a LangGraph thread, and waits for it before the interrupt can
+    leave): that thread's compile then ends at once too, instead of after its whole queue."""
+    compiler = sys.modules.get("astra_kernels.tools.toolchain.compiler")  # no pool before its import
+    if compiler is not None:
+        compiler.stop_compiles()
+    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from astra_kernels.tools.errors import AstraError
+    from astra_kernels.tools.errors import AstraError, UsageError
 
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
+    command = shlex.join(["astra", *(sys.argv[1:] if argv is None else argv)])
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    _handle_signals({signal.SIGINT: _stop, signal.SIGTERM: _stop})
     try:
         return args.run(args)
     except AstraError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        return 1
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        return 2 if isinstance(exc, UsageError) else 1
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"))
+    finally:
+        _handle_signals(handlers)  # as they were: main may be called in a process that goes on
+
+
+def _handle_signals(handlers: dict) -> None:
+    """Install `handlers` ({signal: handler}). Only the main thread may; main called from another
+    thread keeps the defaults."""
+    if threading.current_thread() is threading.main_thread():
+        for signum, handler in handlers.items():
+            if handler is not None:  # None: a handler not installed from Python, left alone
+                signal.signal(signum, handler)
+
+
+def _interrupted(exc: KeyboardInterrupt, command: str, *, says_how_to_resume: bool) -> int:
+    """Ctrl-C or SIGTERM: one line of what was saved, one of how to go on, and 128 + the signal
+    (130, 143) as a shell reports a process a signal ended; never a traceback. By the time the
+    exception gets here the command's children are stopped and its files closed (each layer
+    cleans up on the way out). What was saved comes as the exception's notes, added by whoever
+    knows it (the results store by `astra tune`, the compile cache by the compile pool);
+    `says_how_to_resume`: the command printed that itself (`astra optimize`'s --resume)."""
+    _handle_signals({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN})  # one is enough
+    signum = getattr(exc, "signum", signal.SIGINT)
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    saved = list(dict.fromkeys(reversed(getattr(exc, "__notes__", []))))  # the command's own first
+    console.print(escape(what + ("; saved: " + "; ".join(saved) if saved else "")), highlight=False)
+    if saved and not says_how_to_resume:
+        console.print(f"to resume, run the same command again: {escape(command)}", highlight=False)
+    return 128 + signum
 

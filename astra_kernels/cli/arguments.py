@@ -1,14 +1,47 @@
-"""Arguments several commands share, read the same way by each."""
+"""Arguments several commands share, read the same way by each: the shapes a run takes, and the
+numbers no command can take below zero. A value the command cannot take is a UsageError (or
+argparse's own error for a number), so the command exits 2 with one line naming it."""
 
 from __future__ import annotations
+
+import argparse
+
+from astra_kernels.tools.errors import UsageError
 
 
 def shapes_from(folder, args) -> list[dict] | None:
     """--shapes (comma-separated, e.g. 16x4096,64x8192), else --set NAME, else None (the command's default)."""
-    if args.shapes:
-        return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
+    if args.shapes is not None:
+        return folder.spec.parse_shapes(args.shapes)
     if args.set:
         if args.set not in folder.spec.shapes:
-            raise SystemExit(f"{folder.name} has no shape set {args.set!r}; it has {', '.join(folder.spec.shapes)}")
+            raise UsageError(f"{folder.name} has no shape set {args.set!r}; it has {', '.join(folder.spec.shapes)}")
         return folder.spec.shapes[args.set]
     return None
+
+
+def _number(kind: type, smallest: float, words: str):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {words}") from None
+        if not value >= smallest:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{text!r} is not {words}")
+        return value
+
+    parse.__name__ = words  # what argparse names in its message
+    return parse
+
+
+positive_int = _number(int, 1, "a positive integer")
+count = _number(int, 0, "a whole number of zero or more")
+positive_seconds = _number(float, 1e-9, "a positive number of seconds")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: the usage block argparse prints first hides the line that
+    says what is wrong; `--help` still shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")

@@ -169,19 +169,40 @@ class BenchReport(BaseModel):
         return lines
 
 
+def _row_key(row: BenchRow) -> tuple:
+    return row.kernel, row.label, row.dtype, row.variant
+
+
+def measured_twice(reports: list[BenchReport]) -> list[str]:
+    """`kernel label` of every row more than one report measured: merge keeps the newest run's."""
+    seen, twice = set(), []
+    for row in (row for r in reports for row in r.rows):
+        if _row_key(row) in seen and f"{row.kernel} {row.label}" not in twice:
+            twice.append(f"{row.kernel} {row.label}")
+        seen.add(_row_key(row))
+    return twice
+
+
 def merge(reports: list[BenchReport]) -> BenchReport:
-    """Several runs on one kind of GPU as one report (a suite split over calls, say)."""
+    """Several runs on one kind of GPU as one report (a suite split over calls, say). A kernel and
+    shape that several runs measured is one row, the newest run's: two rows of one shape would
+    count it twice in the summary."""
     if not reports:
         raise suite.AstraError("no benchmark report to merge")
     devices = {r.device for r in reports}
     if len(devices) > 1:
         raise suite.AstraError(f"benchmark reports from different GPUs cannot be merged: {', '.join(sorted(devices))}")
     first = reports[0]
+    newest = {}
+    for report in sorted(reports, key=lambda r: r.date):  # later runs replace earlier ones
+        for row in report.rows:
+            newest[_row_key(row)] = row
+    order = list(dict.fromkeys(_row_key(row) for r in reports for row in r.rows))
     floors = [r.launch_floor_us for r in reports if r.launch_floor_us]
     pdl_floors = [r.launch_floor_pdl_us for r in reports if r.launch_floor_pdl_us]
     bandwidths = [r.copy_bandwidth_gbs for r in reports if r.copy_bandwidth_gbs]
     return first.model_copy(update={
-        "rows": [row for r in reports for row in r.rows],
+        "rows": [newest[key] for key in order],
         "launch_floor_us": min(floors) if floors else None,
         "launch_floor_pdl_us": min(pdl_floors) if pdl_floors else None,
         "copy_bandwidth_gbs": max(bandwidths) if bandwidths else None,

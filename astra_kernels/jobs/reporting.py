@@ -187,7 +187,7 @@ def read_store(source: str | Path, kernel: str | None = None) -> tuple[Path, lis
             raise ReportError(f"{path} is an SQLite database but not a results store (it has tables "
                               f"{sorted(tables)})")
         try:
-            with ResultsStore(copy) as store:
+            with ResultsStore(copy, read_only=True) as store:
                 rows = store.rows(**({"kernel": kernel} if kernel else {}))
                 present = sorted({r["kernel"] for r in store.rows()}) if kernel and not rows else []
         except ResultsStoreError as exc:

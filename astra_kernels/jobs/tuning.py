@@ -97,6 +97,18 @@ class TuneReport(BaseModel):
     def verification_failures(self) -> list[VerifiedShape]:
         return [v for v in self.verified if v.status != "ok"]
 
+    @property
+    def unmeasured(self) -> dict[str, str]:
+        """Shapes at which neither the baseline nor any configuration was measured, each with why
+        (a replay that lacks the shape, a kernel whose every build fails): a run that measured
+        nothing is no result, however complete its report looks."""
+        missing = {}
+        for shape in self.shapes:
+            if shape.baseline_us is None and shape.search.best_us is None:
+                statuses = {shape.baseline_status} | {t.status for t in shape.search.trials}
+                missing[shape.label] = ", ".join(sorted(statuses))
+        return missing
+
     def geomean_speedup(self) -> float | None:
         speedups = [s.speedup for s in self.shapes if s.speedup]
         return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
@@ -106,9 +118,11 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
          dtype: str, variant: str = "default", strategy: str = "auto", budget: Budget | None = None,
          rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
          verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
-         compile_timeout_s: float | None = None) -> TuneReport:
+         compile_timeout_s: float | None = None,
+         compiling: Callable[[str, int, int], None] | None = None) -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
-    `compile_timeout_s` bounds each configuration's compile while the space is pruned."""
+    `compile_timeout_s` bounds each configuration's compile while the space is pruned;
+    `compiling(label, done, total)` follows those compiles (minutes of them on a small machine)."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -126,7 +140,9 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
         configs = folder.template.sample_configs(sample, seed) if sample else None
         space = build_space(folder.template, env, base, limits, configs=configs, max_spill_bytes=max_spill_bytes,
-                            compile_timeout_s=compile_timeout_s)
+                            compile_timeout_s=compile_timeout_s,
+                            progress=(lambda done, total, label=label: compiling(label, done, total))
+                            if compiling else None)
         if progress:
             progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))

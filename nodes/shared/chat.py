@@ -35,6 +35,18 @@ from astra_kernels.redaction import redact
 from astra_kernels.tools.errors import AstraError
 
 PROMPTS = Path(__file__).parents[1] / "prompts"
+# The providers `init_chat_model` knows (its documentation's list), each with the integration
+# package it needs: checked here so a typo is named as one, not as a missing package.
+PROVIDERS = {
+    "openai": "langchain-openai", "azure_openai": "langchain-openai", "anthropic": "langchain-anthropic",
+    "google_vertexai": "langchain-google-vertexai", "google_genai": "langchain-google-genai",
+    "bedrock": "langchain-aws", "bedrock_converse": "langchain-aws", "cohere": "langchain-cohere",
+    "fireworks": "langchain-fireworks", "together": "langchain-together", "mistralai": "langchain-mistralai",
+    "huggingface": "langchain-huggingface", "groq": "langchain-groq", "ollama": "langchain-ollama",
+    "google_anthropic_vertex": "langchain-google-vertexai", "deepseek": "langchain-deepseek",
+    "ibm": "langchain-ibm", "nvidia": "langchain-nvidia-ai-endpoints", "xai": "langchain-xai",
+    "perplexity": "langchain-perplexity",
+}
 Schema = TypeVar("Schema", bound=BaseModel)
 
 
@@ -90,12 +102,15 @@ def make_chat_model(context) -> BaseChatModel | None:
             return ChatOpenAI(**kwargs)
         except Exception as exc:  # a missing key, an invalid option: the user must fix the configuration
             raise ModelConfigError(f"cannot build {context.model}: {exc}") from exc
+    if provider not in PROVIDERS:
+        raise ModelConfigError(f"unknown model provider {provider!r} in {context.model!r}; known: "
+                               f"{', '.join(sorted(PROVIDERS))} (each as provider:name)")
     try:
         from langchain.chat_models import init_chat_model
     except ImportError:
         raise ModelConfigError(
-            f"provider {provider!r} needs the `langchain` package (pip install langchain and the "
-            f"provider's integration); openai:NAME works with what is installed") from None
+            f"provider {provider!r} needs `pip install langchain {PROVIDERS[provider]}`; openai:NAME works "
+            "with what is installed") from None
     return init_chat_model(context.model, base_url=context.base_url, timeout=context.timeout_s,
                            max_retries=context.max_retries)
 

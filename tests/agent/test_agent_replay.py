@@ -26,8 +26,11 @@ def _recorded_baselines(tmp_path) -> dict[str, float]:
 
 def test_optimize_replays_the_recording_end_to_end(tmp_path):
     out = tmp_path / "out"
+    # The search's budget is wall-clock seconds even in a replay, so it must leave room for a loaded
+    # machine: with 4 s, a busy 2-core CI machine reached 154 evaluations and no configuration faster
+    # than the baseline, where an idle one finds one within a few hundred.
     code = cli.main(["optimize", "rmsnorm", "--replay", str(RECORDING), "--shapes", "128x4096,16384x8192",
-                     "--tune-seconds", "4", "--out", str(out)])
+                     "--tune-seconds", "20", "--out", str(out)])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     assert report["best"]["origin"] == "tune" and report["geomean_speedup"] > 1.0

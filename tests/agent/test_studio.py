@@ -100,16 +100,22 @@ class Server:
         self._log.close()
 
 
-@pytest.fixture
-def server(tmp_path):
-    running = Server(tmp_path)
+@pytest.fixture(scope="module")
+def _served(tmp_path_factory):
+    """One server for the module's tests: starting one takes a while on two busy cores."""
+    running = Server(tmp_path_factory.mktemp("langgraph-dev"))
     try:
         running.wait_until_up()
         yield running
     finally:
         running.stop()
-        # Captured, so pytest shows it only when the test failed.
-        print(f"--- langgraph dev log ({running.log_path}) ---\n{running.log_path.read_text(errors='replace')}")
+
+
+@pytest.fixture
+def server(_served):
+    yield _served
+    # Captured, so pytest shows it only when the test failed.
+    print(f"--- langgraph dev log ({_served.log_path}) ---\n{_served.log()}")
 
 
 def _recorded(recording: Path, tmp_path: Path) -> dict[str, dict]:
@@ -170,3 +176,20 @@ def test_langgraph_dev_serves_the_agent_and_replays_the_recording(server, tmp_pa
     thread = server.call("POST", "/threads", {})["thread_id"]
     bad = _wait_run(server, thread, assistant, {"kernel": "rmsnorm", "shapes": [{"tokens": 128}]}, context)
     assert "is not a rmsnorm shape" in json.dumps(bad), bad
+
+
+def test_an_unknown_kernel_comes_back_as_the_projects_own_message(server, tmp_path):
+    """LangGraph's server shows a node's exception to the client only for a few builtin types and
+    replaces any other's message with "An internal error occurred": a kernel name typed into
+    Studio's form must come back as the suite's own message, naming the kernels it has."""
+    with pytest.raises(suite.UnknownKernelError) as raised:
+        suite.load("nosuch")
+    message = str(raised.value)
+    assert "nosuch" in message and "rmsnorm" in message, message
+    assistant = server.call("POST", "/assistants/search", {"graph_id": "astra"})[0]["assistant_id"]
+    thread = server.call("POST", "/threads", {})["thread_id"]
+    context = {"replay": "recorded", "tune_seconds": 4, "results": str(tmp_path / "results.sqlite")}
+    answer = _wait_run(server, thread, assistant, {"kernel": "nosuch"}, context)
+    text = json.dumps(answer)
+    assert "An internal error occurred" not in text, answer
+    assert message in text, answer

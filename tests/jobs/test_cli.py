@@ -69,3 +69,49 @@ def test_space_reports_each_stage(capsys):
     assert report["total"] == 30
     assert report["after_constraints"] >= report["after_compile"] >= len(report["candidates"])
     assert {p["stage"] for p in report["pruned"]} <= {"constraint", "compile", "hardware"}
+
+
+KERNEL_WITH_HEADERS = '''#include "scale.cuh"
+#include "common.cuh"
+extern "C" __global__ void scaled(float* x) { x[threadIdx.x] *= SCALE; }
+'''
+
+
+def test_compile_finds_the_sources_own_headers_the_suites_and_include_folders(tmp_path, capsys):
+    """A kernel folder's file includes what lies beside it and the suite's common.cuh; -I adds a
+    folder. The header's text keys the cache: an edited header is compiled, not answered from it."""
+    (tmp_path / "k").mkdir()
+    (tmp_path / "inc").mkdir()
+    source = tmp_path / "k" / "kernel.cu"
+    source.write_text(KERNEL_WITH_HEADERS)
+    (tmp_path / "k" / "scale.cuh").write_text('#include "deeper.cuh"\n')
+    (tmp_path / "inc" / "deeper.cuh").write_text("#define SCALE 2.0f\n")
+    argv = ["compile", str(source), "-I", str(tmp_path / "inc"), "-D", "DTYPE=float", "-D", "ELEM_BYTES=4", "--json"]
+    assert cli.main(argv) == 0, capsys.readouterr().out
+    assert json.loads(capsys.readouterr().out)["kernels"]["scaled"]["registers"] > 0
+    assert cli.main(argv) == 0 and json.loads(capsys.readouterr().out)["cached"]
+    (tmp_path / "inc" / "deeper.cuh").write_text("#define SCALE 3.0f\n")
+    assert cli.main(argv) == 0 and not json.loads(capsys.readouterr().out)["cached"]
+    assert cli.main(argv[:2] + argv[4:]) == 1  # without -I, deeper.cuh is not found: NVRTC says so
+    assert "deeper.cuh" in capsys.readouterr().out
+
+
+def test_compile_of_a_suite_template_finds_common_cuh_and_says_how_to_fill_it(capsys):
+    baseline = Path(__file__).parents[2] / "kernels_sglang" / "rmsnorm" / "baseline.cu"
+    assert cli.main(["compile", str(baseline), "--no-cache"]) == 1
+    out = capsys.readouterr().out
+    assert "cannot open source file" not in out and "is a template" in out and "astra check" in out, out
+
+
+def test_the_default_output_folders_are_ignored_by_git():
+    """`astra tune`/`optimize` write out/KERNEL and `astra export` export/KERNEL by default: run
+    from a checkout, neither may show up as files to commit."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = ["out/rmsnorm/report.md", "out/rmsnorm-agent/best.cu", "export/rmsnorm/rmsnorm.cu"]
+    ignored = subprocess.run(["git", "check-ignore", *paths], cwd=root, capture_output=True, text=True).stdout.split()
+    assert ignored == paths

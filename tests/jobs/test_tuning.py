@@ -180,7 +180,7 @@ def test_generated_launcher_carries_the_dispatch_table(tmp_path):
 def test_tune_without_gpu_says_what_can_run(capsys):
     assert cli.main(["tune", "silu_and_mul"]) == 2
     out = capsys.readouterr().out
-    assert "no GPU here" in out and "astra space" in out
+    assert "no GPU here" in out and "astra space" in out and "astra tune silu_and_mul --replay recorded" in out
 
 
 @pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
@@ -191,4 +191,5 @@ def test_verify_needs_a_tuned_folder_and_a_gpu(tmp_path, capsys):
     with ResultsStore(tmp_path / "r.sqlite") as store:
         tuning.write_outputs(FOLDER, run(store, worker, strategy="exhaustive"), tmp_path / "out")
     assert cli.main(["verify", str(tmp_path / "out")]) == 2
-    assert "no GPU here" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no GPU here" in out and f"astra export {tmp_path / 'out'}" in out and "astra report" in out

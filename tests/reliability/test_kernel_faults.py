@@ -1,7 +1,7 @@
 """Kernel faults that need no GPU to show: a compile that never ends, work handed to another
 stream, and the NumPy side of the guard bands, the timed-output check and memcheck's report.
 
-Their GPU halves, through the worker and the results store, are in test_gpu_faults.py.
+Their GPU halves, through the worker and the results store, are in test_kernel_faults_on_gpu.py.
 """
 
 from __future__ import annotations

@@ -257,7 +257,9 @@ def test_a_model_template_that_compiles_for_ever_at_some_values_is_pruned_there_
     started = time.monotonic()
     with FaultyEndpoint(script) as endpoint:
         result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=0))
-    assert time.monotonic() - started < 240
+    # A guard against a hang (each endless compile holds a worker until its deadline), not a
+    # timing: generous, since a loaded 2-core CI machine took 303 s where an idle one takes 60.
+    assert time.monotonic() - started < 900
     assert cut_off and all("did not finish within 3 s" in o.error for o in cut_off)
     tuned = Candidate.model_validate(result["best"])
     assert [c["verdict"] for c in result["history"]] == ["accepted"] and tuned.origin == "tune"

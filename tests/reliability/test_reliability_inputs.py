@@ -7,6 +7,7 @@ suite (this process only), each with one defect."""
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 import time
 import uuid
@@ -217,3 +218,16 @@ def test_a_model_template_with_a_bomb_is_a_failed_attempt_and_the_run_goes_on(tm
     assert failed["verdict"] == "invalid" and "beyond 64" in failed["message"]
     assert failed["message"].startswith("candidate.cu:")
     assert result["report"]["stop_reason"]
+
+
+def test_one_broken_folder_does_not_hide_the_rest_of_the_suite(make_folder, capsys):
+    """`astra kernels` lists every folder that loads and names the one that does not, with its
+    file and line, and exits 1; the JSON view gives the broken one as an error entry."""
+    good = make_folder()
+    bad = make_folder(spec_py=SPEC.replace("_SERVING = [", "_SERVING = = [", 1))
+    assert cli.main(["kernels"]) == 1
+    out = capsys.readouterr().out
+    assert f"| {good} |" in out and f"kernel folder {bad} does not load" in out and f"{bad}/spec.py" in out, out
+    assert cli.main(["kernels", "--json"]) == 1
+    listed = {k["name"]: k for k in json.loads(capsys.readouterr().out)}
+    assert listed[good]["symbols"] == ["T", "H"] and "invalid syntax" in listed[bad]["error"]

@@ -155,7 +155,7 @@ def test_a_damaged_recording_is_named_by_the_cli_not_a_traceback(tmp_path, comma
     proc = subprocess.run([sys.executable, "-m", "astra_kernels.cli", command, "rmsnorm", "--replay", str(recording),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    assert f"{recording} is not a readable results store" in proc.stdout.replace("\n", "")
+    assert f"{recording} is not a readable results store" in proc.stdout  # on one line, however long the path
     assert recording.read_bytes() == damaged
 
 
@@ -204,3 +204,20 @@ def test_two_tuning_processes_writing_one_store_at_once_lose_nothing(tmp_path):
     with sqlite3.connect(store) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     json.dumps(sorted(asked))  # keys are plain text
+
+
+def test_a_report_on_a_damaged_store_says_it_cannot_read_it_and_leaves_it(tmp_path, capsys):
+    """`astra report` only reads, so its error on a damaged store is a read error (it once said
+    'write failed', from creating the schema in its private copy), and the file is untouched."""
+    from astra_kernels import cli
+
+    good = tmp_path / "good.sqlite"
+    _full_store(good)
+    text = good.read_bytes()  # the schema's pages whole, so the tables are found; the data pages not
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(text[:8192] + b"A" * (len(text) - 8192))
+    before = damaged.read_bytes()
+    assert cli.main(["report", str(damaged), "--out", str(tmp_path / "report")]) == 2
+    out = capsys.readouterr().out
+    assert f"results store {damaged}: read failed" in out and "write" not in out, out
+    assert damaged.read_bytes() == before

@@ -82,19 +82,26 @@ def evaluation_key(request: EvaluationRequest, device: str) -> str:
 class ResultsStore:
     """One SQLite file of evaluation results, safe to share between processes."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, read_only: bool = False):
+        """`read_only`: for a reader (a report), which must neither create the schema nor switch
+        the journal, and whose errors on a damaged file are then about reading it, as they are."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         # Not bound to its creating thread: a graph's nodes may run on another thread than the one
         # that opened the store, and the process closes it at exit; uses never overlap.
-        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                   check_same_thread=False)
+        target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else self.path
+        self._db = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                   check_same_thread=False, uri=read_only)
         try:
-            with self._guard("open"):
+            with self._guard("read" if read_only else "open"):
                 self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
                 self._refuse_foreign()
-                self._use_wal()
-                self._setup()
+                if read_only:
+                    self._check_version()
+                else:
+                    self._use_wal()
+                    self._setup()
         except BaseException:
             self._db.close()
             raise
@@ -123,6 +130,9 @@ class ResultsStore:
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self._check_version()
+
+    def _check_version(self) -> None:
         version = self.schema_version
         if version != SCHEMA_VERSION:
             raise ResultsStoreError(f"{self.path} has results schema version {version}; this code "

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from astra_kernels.tools.errors import NoGpuError, WorkerError
+from astra_kernels.tools.toolchain.processes import die_with_parent, interrupts_blocked
 from .evaluation import EvaluationRequest, EvaluationResult
 
 _READY = "ready"
@@ -43,8 +44,13 @@ class _Evaluation:
     compile_timeout_s: float | None
 
 
-def _serve(conn, device_index: int) -> None:
-    """Child side: open the device, say so, then answer requests until told to stop."""
+def _serve(conn, device_index: int, parent_pid: int | None = None) -> None:
+    """Child side: open the device, say so, then answer requests until told to stop. Dies with
+    its parent (processes.py), so a SIGKILLed `astra` leaves no worker holding the GPU (or hung
+    in a kernel for ever). Linux ties that to the thread that started the worker: one restarted
+    in a LangGraph thread goes when that run of the graph ends, and the next request, finding
+    it gone, starts another before sending anything."""
+    die_with_parent(parent_pid)
     try:
         from astra_kernels.tools.toolchain.device import Device
 
@@ -62,8 +68,9 @@ def _serve(conn, device_index: int) -> None:
         try:
             request = conn.recv()
         except (EOFError, KeyboardInterrupt):
-            # Ctrl-C in a notebook (or a kernel restart) reaches this child too: it ends quietly, and the
-            # parent's next request starts a fresh one on a new pipe, so no late answer can be misread.
+            # The parent gone (a notebook's kernel restarted): end quietly. Ctrl-C itself is held
+            # back from this child (EvaluationWorker.start); the parent, interrupted while waiting
+            # on it, kills it (_interrupted), so no late answer can be read as the next one's.
             return
         if request is None:
             return
@@ -116,10 +123,16 @@ class EvaluationWorker:
         # spawn, never fork: a CUDA context does not survive fork, and the child must start clean.
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        process = context.Process(target=_serve, args=(child, self.device_index), daemon=True)
-        process.start()
+        process = context.Process(target=_serve, args=(child, self.device_index, os.getpid()), daemon=True)
+        with interrupts_blocked(multiprocessing=True):  # Ctrl-C and SIGTERM are the parent's to answer
+            process.start()
         child.close()
-        if not parent.poll(self.start_timeout_s):
+        try:
+            started = parent.poll(self.start_timeout_s)
+        except KeyboardInterrupt:  # Ctrl-C while the worker opens the device: not kept, so killed
+            process.kill()
+            raise
+        if not started:
             process.kill()
             raise WorkerError(f"the evaluation worker did not start within {self.start_timeout_s:.0f} s")
         try:
@@ -136,6 +149,13 @@ class EvaluationWorker:
         """Drop a worker whose context can no longer be trusted; the next request starts another."""
         self._discard()
         self.restarts += 1
+
+    def _interrupted(self) -> None:
+        """Ctrl-C or SIGTERM while the worker runs a request: kill it now rather than let close()
+        wait out the request (a kernel's checks and timing take seconds), and so that its late
+        answer cannot be read as the next request's. The next request starts a fresh worker."""
+        with interrupts_blocked():
+            self._discard()
 
     def _discard(self) -> None:
         if self._process is not None:
@@ -161,6 +181,9 @@ class EvaluationWorker:
             self._conn.send(_Evaluation(request, min(compile_timeout, deadline)))
             ready = self._conn.poll(deadline)
             result = self._conn.recv() if ready else None
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
         except (EOFError, BrokenPipeError, ConnectionResetError):
             self._process.join(5)
             code = self._process.exitcode
@@ -198,6 +221,9 @@ class EvaluationWorker:
         try:
             self._conn.send(_Call(function, args))
             answer = self._conn.recv() if self._conn.poll(deadline) else None
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
         except (EOFError, BrokenPipeError, ConnectionResetError):
             self._process.join(5)
             code = self._process.exitcode

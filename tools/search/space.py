@@ -9,7 +9,7 @@ resources and occupancy already known; the report shows the space shrinking and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -60,10 +60,12 @@ class SpaceReport(BaseModel):
 
 def build_space(template: Template, env: Mapping[str, int], base: CompileOptions, limits: Limits, *,
                 configs: Iterable[dict[str, int]] | None = None, max_spill_bytes: int = 0,
-                workers: int | None = None, compile_timeout_s: float | None = None) -> SpaceReport:
+                workers: int | None = None, compile_timeout_s: float | None = None,
+                progress: Callable[[int, int], None] | None = None) -> SpaceReport:
     """Shrink `configs` (default: the whole space) for one environment (shape, dtype, variant).
     `compile_timeout_s` prunes a configuration NVRTC has not finished by then (a template from a
-    chat model may hold code that compiles for ever at some parameter values)."""
+    chat model may hold code that compiles for ever at some parameter values). `progress(done,
+    total)` follows the compile stage, the slow one (compile_many)."""
     configs = list(template.all_configs() if configs is None else configs)
     pruned: list[Pruned] = []
     instances = []
@@ -74,7 +76,8 @@ def build_space(template: Template, env: Mapping[str, int], base: CompileOptions
         else:
             instances.append(instance)
     options = [instance.compile_options(base) for instance in instances]
-    outcomes = compile_many([(template.source, o) for o in options], workers=workers, timeout_s=compile_timeout_s)
+    outcomes = compile_many([(template.source, o) for o in options], workers=workers, timeout_s=compile_timeout_s,
+                            progress=progress)
     candidates = []
     compiled = 0
     for instance, opts, outcome in zip(instances, options, outcomes):

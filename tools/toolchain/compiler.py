@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 import multiprocessing
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,7 @@ from .headers import cuda_include_dir
 from .nvrtc import (
     CompiledModule, CompileOptions, Diagnostic, compile_here, from_cache, key_and_flags, resolve_arch,
 )
+from .processes import die_with_parent, interrupts_blocked
 
 
 def compile_source(
@@ -85,6 +86,7 @@ def compile_many(
     workers: int | None = None,
     cache: CompileCache | None | bool = True,
     timeout_s: float | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[CompileOutcome]:
     """Compile many (source, options) pairs across CPU cores, in input order.
 
@@ -92,7 +94,8 @@ def compile_many(
     parallelism. A compile error is an outcome, not an exception: one bad variant must not stop
     a search. Toolchain errors (no NVRTC, bad arch) still raise, since every variant would fail.
     With `timeout_s`, a variant still compiling at that deadline is stopped and becomes a
-    CompileTimeoutError outcome (compile_source).
+    CompileTimeoutError outcome (compile_source). `progress(done, total)` hears of each one
+    finished (cache hits at once), for a bar over what can take minutes on a small machine.
     """
     items: Sequence[tuple[str, CompileOptions]] = list(variants)
     if not items:
@@ -108,13 +111,93 @@ def compile_many(
             if (hit := _compile_one(i, s, o, cache_dir, cache_only=True)) is not None:
                 outcomes[i] = hit
     misses = [i for i in range(len(resolved)) if i not in outcomes]
+
+    def finished(index: int, outcome: CompileOutcome) -> None:
+        outcomes[index] = outcome
+        if progress is not None:
+            progress(len(outcomes), len(resolved))
+
+    if progress is not None and outcomes:
+        progress(len(outcomes), len(resolved))
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
     if workers == 1 or len(misses) <= 2:
-        outcomes.update({i: _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s) for i in misses})
+        for i in misses:
+            finished(i, _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s))
     else:
         # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
         context = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir, timeout_s=timeout_s) for i in misses}
-            outcomes.update({i: job.result() for i, job in jobs.items()})
+        pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                           initializer=_pool_worker_started, initargs=(os.getpid(),))
+        _LIVE_POOLS[pool] = False
+        try:
+            # The workers start during submit; started here, they never take Ctrl-C themselves.
+            with interrupts_blocked(multiprocessing=True):
+                jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir, timeout_s=timeout_s)
+                        for i in misses}
+            index_of = {job: i for i, job in jobs.items()}
+            for job in futures.as_completed(index_of):
+                finished(index_of[job], job.result())
+            pool.shutdown(wait=True)
+        except BaseException as exc:
+            _stop_pool(pool)
+            saved = f"every finished compile, in the compile cache {cache_dir}" if cache_dir else None
+            if _LIVE_POOLS.get(pool) and isinstance(exc, futures.BrokenExecutor):
+                # stop_compiles killed the workers (Ctrl-C, with this compile in another thread):
+                # an interrupt here too, not a broken pool that a caller might report as a failure.
+                interrupt = KeyboardInterrupt()
+                if saved:
+                    interrupt.add_note(saved)
+                raise interrupt from None
+            if isinstance(exc, KeyboardInterrupt) and saved:
+                exc.add_note(saved)
+            raise
+        finally:
+            _LIVE_POOLS.pop(pool, None)
     return [outcomes[i] for i in range(len(resolved))]
+
+
+# Pools compiling now, in any thread, each with whether stop_compiles has killed its workers.
+_LIVE_POOLS: dict[futures.ProcessPoolExecutor, bool] = {}
+
+
+def stop_compiles() -> None:
+    """Kill the workers of every pool compiling now, whichever thread waits on it; for a signal
+    handler, which runs in the main thread while another may be compiling (`astra optimize`
+    runs the tune step in one of LangGraph's threads, and exits only once that thread is done).
+    The thread's compile_many then raises KeyboardInterrupt at once. No locks and no waiting:
+    only kill signals are sent; compile_many's own clean-up joins the processes."""
+    for pool in list(_LIVE_POOLS):
+        _LIVE_POOLS[pool] = True
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                process.kill()
+            except (OSError, ValueError):  # already gone, or already closed
+                pass
+
+
+def _pool_worker_started(parent_pid: int) -> None:
+    """A compile worker's first act: die with the process that started the pool (processes.py)."""
+    die_with_parent(parent_pid)
+
+
+def _stop_pool(pool: futures.ProcessPoolExecutor) -> None:
+    """Stop a pool now, not when its queue is done: Ctrl-C, SIGTERM or an error in the caller.
+
+    Leaving the pool's `with` would wait for every queued compile (about a minute of them on a
+    small machine) and only then raise. NVRTC cannot be cancelled, so the workers are killed:
+    compiles already cached stay cached (entries are renamed into place whole), and the rest are
+    the next run's work. Killed workers also close their end of multiprocessing's resource
+    tracker pipe, so the tracker exits with them. Signals are held back from this thread
+    meanwhile (a second Ctrl-C is delivered once the workers are gone)."""
+    with interrupts_blocked():
+        kill_workers = getattr(pool, "kill_workers", None)  # Python 3.14
+        if kill_workers is not None:
+            kill_workers()
+        else:
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            for process in processes:
+                if process.is_alive():
+                    process.kill()
+            for process in processes:
+                process.join(5)
+        pool.shutdown(wait=True, cancel_futures=True)

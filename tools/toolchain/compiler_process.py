@@ -21,7 +21,7 @@ import time
 from multiprocessing.connection import Connection
 
 from .nvrtc import CompiledModule, CompileOptions, Diagnostic
-from .processes import child_environment, python_command
+from .processes import child_environment, die_with_parent, interrupts_blocked, python_command
 from astra_kernels.tools.errors import CompileError, CompileTimeoutError, ToolchainError
 
 START_TIMEOUT_S = 120.0
@@ -45,11 +45,12 @@ class CompilerProcess:
         to_child_read, to_child_write = os.pipe()
         from_child_read, from_child_write = os.pipe()
         try:
-            self._process = subprocess.Popen(
-                [*python_command(__name__), str(to_child_read), str(from_child_write)],
-                pass_fds=(to_child_read, from_child_write), stdin=subprocess.DEVNULL,
-                env=child_environment(),
-            )
+            with interrupts_blocked():  # our caller answers Ctrl-C and SIGTERM, and kills this child
+                self._process = subprocess.Popen(
+                    [*python_command(__name__), str(to_child_read), str(from_child_write), str(os.getpid())],
+                    pass_fds=(to_child_read, from_child_write), stdin=subprocess.DEVNULL,
+                    env=child_environment(),
+                )
         finally:
             os.close(to_child_read)
             os.close(from_child_write)
@@ -83,6 +84,11 @@ class CompilerProcess:
             self.close()
             # NVRTC crashing on a source is that source's fault as much as a syntax error is.
             raise CompileError(f"the compiler crashed on this source (exit code {code})") from None
+        except BaseException:
+            # Ctrl-C or SIGTERM while the child compiles: its late answer would be read as the
+            # next compile's, so this child goes, and the next compile starts a fresh one.
+            self.close()
+            raise
         if answer is None:
             self.kills += 1
             self.close()
@@ -122,21 +128,11 @@ def compile_in_child(source: str, options: CompileOptions, *, name: str, cache_d
         return _SHARED.compile(source, options, name=name, cache_dir=cache_dir, timeout_s=timeout_s)
 
 
-def _die_with_parent() -> None:
-    """Linux: be killed when the parent dies, so a worker killed mid-compile leaves no orphan
-    running a compile that never ends (an orphan reading its pipe would see EOF, but only once
-    the compile is over)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _serve(read_fd: int, write_fd: int) -> None:
-    _die_with_parent()
+def _serve(read_fd: int, write_fd: int, parent_pid: int | None = None) -> None:
+    # Killed when the parent dies, so a worker killed mid-compile leaves no orphan running a
+    # compile that never ends (an orphan reading its pipe would see EOF, but only once the
+    # compile is over).
+    die_with_parent(parent_pid)
     requests, answers = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     try:
         from .compile_cache import CompileCache
@@ -161,4 +157,4 @@ def _serve(read_fd: int, write_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), int(sys.argv[2]))
+    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from astra_kernels.cli.output import console
+from astra_kernels.cli.arguments import count
+from astra_kernels.cli.output import console, print_table
+from astra_kernels.tools.errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -29,7 +31,7 @@ def add_parser(sub) -> None:
     bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here")
     bench.add_argument("--from", dest="from_json", nargs="+", metavar="JSON",
                        help="no GPU: render (and merge) the bench.json of earlier runs instead of measuring")
-    bench.add_argument("--gpu", type=int, default=0)
+    bench.add_argument("--gpu", type=count, default=0)
     bench.add_argument("--json", action="store_true")
     bench.set_defaults(run=run)
 
@@ -39,12 +41,12 @@ def bench_shapes(folder, args) -> list[dict]:
     `decode` is the astra and serving shapes of at most DECODE_TOKENS tokens (issue 5's decode goal)."""
     from astra_kernels.jobs.benchmark import DECODE_TOKENS
 
-    if args.shapes:
-        return [folder.spec.parse_shape(s) for s in args.shapes.split(",")]
+    if args.shapes is not None:
+        return folder.spec.parse_shapes(args.shapes)
     wanted = list(folder.spec.shapes) if args.set == "all" else args.set.split(",")
     unknown = [w for w in wanted if w not in ("astra", "serving", "odd", "decode")]
     if unknown:
-        raise SystemExit(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd, decode or all")
+        raise UsageError(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd, decode or all")
     decode = [s for name in ("astra", "serving") for s in folder.spec.shapes.get(name, [])
               if next(iter(s.values())) <= DECODE_TOKENS]
     seen, shapes = set(), []
@@ -64,20 +66,31 @@ def run(args) -> int:
     from astra_kernels.tools.toolchain.driver import gpu_available
 
     if args.from_json:
-        report = benchmark.merge([benchmark.BenchReport.model_validate_json(Path(p).read_text())
-                                  for p in args.from_json])
+        reports = [_read_report(Path(p)) for p in args.from_json]
+        if twice := benchmark.measured_twice(reports):
+            console.print(f"[yellow]note:[/yellow] {len(twice)} shape(s) measured in more than one file; each is "
+                          f"the newest run's row: {', '.join(twice)}", highlight=False)
+        report = benchmark.merge(reports)
+        if args.kernels:
+            wanted = args.kernels.split(",")
+            present = sorted({row.kernel for row in report.rows})
+            if unknown := [k for k in wanted if k not in present]:
+                raise UsageError(f"--kernels {', '.join(unknown)}: not in {', '.join(args.from_json)}; "
+                                 f"they hold {', '.join(present) or 'no rows'}")
+            report = report.model_copy(update={"rows": [r for r in report.rows if r.kernel in wanted]})
         return _bench_outputs(args, report)
     names = args.kernels.split(",") if args.kernels else suite.names()
     folders = [suite.load(n) for n in names]
     if args.shapes and len(folders) != 1:
-        raise SystemExit("--shapes needs exactly one kernel (--kernels NAME)")
+        raise UsageError("--shapes needs exactly one kernel (--kernels NAME)")
     kernels = {f.name: bench_shapes(f, args) for f in folders}
     modes = () if args.no_torch else tuple(m for m in args.torch.split(",") if m)
     if unknown := [m for m in modes if m not in ("eager", "compile")]:
-        raise SystemExit(f"--torch takes eager and/or compile, not {', '.join(unknown)}")
+        raise UsageError(f"--torch takes eager and/or compile, not {', '.join(unknown)}")
     if not gpu_available():
         console.print("[yellow]no GPU here:[/yellow] the benchmark times kernels, so it needs an NVIDIA GPU. "
-                      "docs/benchmarks.md holds the latest measured table; `astra kernels` lists the shapes.")
+                      "What runs without one: `astra bench --from BENCH.json ...` renders (and merges) the bench.json of "
+                      "earlier runs; docs/benchmarks.md holds the latest measured table.", highlight=False)
         return 2
     out = Path(args.out) if args.out else None
     if out:
@@ -104,6 +117,21 @@ def run(args) -> int:
     return _bench_outputs(args, report)
 
 
+def _read_report(path: Path):
+    """One bench.json, or a UsageError naming the file and what is wrong with it."""
+    from pydantic import ValidationError
+
+    from astra_kernels.jobs import benchmark
+
+    try:
+        return benchmark.BenchReport.model_validate_json(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"--from {path}: {exc.strerror or exc}") from None
+    except (ValidationError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--from {path} is not the bench.json of `astra bench --out` "
+                         f"({str(exc).splitlines()[0]})") from None
+
+
 def _bench_outputs(args, report) -> int:
     from astra_kernels.jobs import benchmark
 
@@ -116,7 +144,7 @@ def _bench_outputs(args, report) -> int:
             table.add_column(column)
         for cells in benchmark.table_rows(report):
             table.add_row(*cells)
-        console.print(table)
+        print_table(table)
         if pdl_rows := benchmark.pdl_table_rows(report):
             table = Table(title=f"with programmatic dependent launch (PDL-chained empty kernel "
                                 f"{report.launch_floor_pdl_us or float('nan'):.2f} us)")
@@ -124,7 +152,7 @@ def _bench_outputs(args, report) -> int:
                 table.add_column(column)
             for cells in pdl_rows:
                 table.add_row(*cells)
-            console.print(table)
+            print_table(table)
         for line in report.goals():
             console.print(line, highlight=False)
     if out:

@@ -7,8 +7,8 @@ import json
 from rich.markup import escape
 from rich.table import Table
 
-from astra_kernels.cli.arguments import shapes_from
-from astra_kernels.cli.output import console
+from astra_kernels.cli.arguments import count, shapes_from
+from astra_kernels.cli.output import console, print_table, progress_bar
 from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH
 
 
@@ -19,22 +19,19 @@ def add_parser(sub) -> None:
     check.add_argument("--set", help="one shape set: astra, serving or odd")
     check.add_argument("--dtype", help="comma-separated dtypes (default: all of the kernel's)")
     check.add_argument("--variant", help="comma-separated variants (default: all)")
-    check.add_argument("--samples", type=int, default=4, help="template configurations per shape (default 4)")
+    check.add_argument("--samples", type=count, default=4, help="template configurations per shape (default 4)")
     check.add_argument("--time", action="store_true", help="also time each correct configuration")
     check.add_argument("--arch", help=f"compile target when there is no GPU (default {DEFAULT_ARCH})")
-    check.add_argument("--gpu", type=int, default=0)
+    check.add_argument("--gpu", type=count, default=0)
     check.add_argument("--json", action="store_true")
     check.set_defaults(run=run)
 
 
 def run(args) -> int:
     """Compile and test the baseline and a sample of template configurations on the local GPU."""
-    from rich.progress import Progress
-
     from astra_kernels.jobs import checking
     from astra_kernels.kernels_sglang import suite
-    from astra_kernels.tools.measuring.worker import EvaluationWorker
-    from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
+    from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
     from astra_kernels.tools.toolchain.compiler import compile_many
     from astra_kernels.tools.toolchain.driver import gpu_available
 
@@ -47,7 +44,9 @@ def run(args) -> int:
                              samples=args.samples, arch=args.arch or DEFAULT_ARCH)
         unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
         # the worker's compile deadline: a compile that never ends stops, named, as on a GPU
-        outcomes = compile_many(unique.values(), timeout_s=COMPILE_TIMEOUT_S)
+        with progress_bar(f"compiling {folder.name} for {args.arch or DEFAULT_ARCH}") as update:
+            outcomes = compile_many(unique.values(), timeout_s=COMPILE_TIMEOUT_S,
+                                    progress=lambda done, total: update(done=done, total=total))
         failed = [o for o in outcomes if o.module is None]
         console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
                       f"({len(failed)} failed) for {args.arch or DEFAULT_ARCH}; testing them needs an NVIDIA GPU.")
@@ -56,9 +55,9 @@ def run(args) -> int:
         return 1 if failed else 0
     with EvaluationWorker(device_index=args.gpu) as worker:
         rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples)
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task(f"checking {folder.name} on {worker.device['name']}", total=len(rows))
-            results = checking.run(rows, worker, time=args.time, progress=lambda _: bar.advance(task))
+        with progress_bar(f"checking {folder.name} on {worker.device['name']}") as update:
+            update(total=len(rows))
+            results = checking.run(rows, worker, time=args.time, progress=lambda _: update(advance=1))
     failed = [r for r in results if r.status not in ("ok", "excluded")]
     if args.json:
         print(json.dumps([r.model_dump() for r in results], indent=2))
@@ -74,5 +73,5 @@ def run(args) -> int:
                           f"{r.median_us:.2f}" if r.median_us else "",
                           f"{r.fraction_of_copy_bandwidth:.0%}" if r.fraction_of_copy_bandwidth else "",
                           escape(r.message[:80]))
-        console.print(table)
+        print_table(table)
     return 1 if failed else 0

@@ -6,8 +6,8 @@ import json
 
 from rich.table import Table
 
-from astra_kernels.cli.output import console
 from astra_kernels import __version__
+from astra_kernels.cli.output import print_table
 
 
 def add_parser(sub) -> None:
@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Say what this machine can do: compile (NVRTC, headers) and launch (driver, GPU)."""
-    from astra_kernels.tools.toolchain import device, driver, headers, nvrtc
     from astra_kernels.tools.errors import AstraError
+    from astra_kernels.tools.toolchain import device, driver, headers, nvrtc
 
     report: dict[str, object] = {"astra-kernels": __version__}
     ok = True
@@ -42,7 +42,10 @@ def run(args) -> int:
         print(json.dumps(report, indent=2))
     else:
         table = Table(show_header=False, box=None)
+        # headers the terminal view hides; a piped table is Markdown, which needs them
+        table.add_column("what")
+        table.add_column("this machine")
         for key, value in report.items():
             table.add_row(f"[bold]{key}", str(value))
-        console.print(table)
+        print_table(table)
     return 0 if ok else 1

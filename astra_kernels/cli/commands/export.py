@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from astra_kernels.cli.arguments import positive_int
 from astra_kernels.cli.output import console
 from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, DEFAULT_SMS
 
@@ -19,7 +20,7 @@ def add_parser(sub) -> None:
     export.add_argument("--kernel", help="the kernel of the shipped table (or a check on SOURCE's)")
     export.add_argument("--out", help="the folder to write (default export/KERNEL)")
     export.add_argument("--shapes", help="comma-separated shapes the .cu must cover besides the table's and the spec's")
-    export.add_argument("--sms", type=int, default=DEFAULT_SMS,
+    export.add_argument("--sms", type=positive_int, default=DEFAULT_SMS,
                         help=f"multiprocessors of the target GPU (default {DEFAULT_SMS}: H100, H200)")
     export.add_argument("--arch", default=DEFAULT_ARCH, help=f"the target architecture (default {DEFAULT_ARCH})")
     export.add_argument("--json", action="store_true")
@@ -35,7 +36,7 @@ def run(args) -> int:
 
     source = export.resolve_source(args.source, args.gpu_kind, args.kernel)
     folder = suite.load(source.table.kernel)
-    shapes = [folder.spec.parse_shape(s) for s in args.shapes.split(",")] if args.shapes else []
+    shapes = folder.spec.parse_shapes(args.shapes) if args.shapes is not None else []
     out = Path(args.out or f"export/{source.table.kernel}")
     result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
                            command=shlex.join(["astra", "export", *args.argv]))

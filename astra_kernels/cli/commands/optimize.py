@@ -7,8 +7,8 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from astra_kernels.cli.arguments import shapes_from
-from astra_kernels.cli.output import console
+from astra_kernels.cli.arguments import count, positive_int, positive_seconds, shapes_from
+from astra_kernels.cli.output import console, progress_bar
 
 
 def add_parser(sub) -> None:
@@ -22,16 +22,16 @@ def add_parser(sub) -> None:
     optimize.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, SGLang)")
     optimize.add_argument("--temperature", type=float)
     optimize.add_argument("--reasoning-effort", choices=["low", "medium", "high"])
-    optimize.add_argument("--timeout", type=float, default=defaults.timeout_s,
+    optimize.add_argument("--timeout", type=positive_seconds, default=defaults.timeout_s,
                           help=f"seconds per model request (default {defaults.timeout_s:g})")
-    optimize.add_argument("--rounds", type=int, default=defaults.rounds,
+    optimize.add_argument("--rounds", type=positive_int, default=defaults.rounds,
                           help=f"planner decisions (default {defaults.rounds})")
-    optimize.add_argument("--retries", type=int, default=defaults.retries,
+    optimize.add_argument("--retries", type=count, default=defaults.retries,
                           help=f"fixes per candidate (default {defaults.retries})")
-    optimize.add_argument("--wall-seconds", type=float, default=defaults.wall_seconds,
+    optimize.add_argument("--wall-seconds", type=positive_seconds, default=defaults.wall_seconds,
                           help=f"the whole run (default {defaults.wall_seconds:g})")
     optimize.add_argument("--strategy", default=defaults.strategy, choices=["auto", *STRATEGIES])
-    optimize.add_argument("--tune-seconds", type=float, default=defaults.tune_seconds,
+    optimize.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,
                           help=f"search time per tune action (default {defaults.tune_seconds:g})")
     optimize.add_argument("--shapes")
     optimize.add_argument("--set")
@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
                           help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
                                ".sqlite.gz, or `recorded` for the one shipped with the package), refusing "
                                "what it lacks; copied to the run's store first")
-    optimize.add_argument("--gpu", type=int, default=0)
+    optimize.add_argument("--gpu", type=count, default=0)
     optimize.add_argument("--json", action="store_true")
     optimize.set_defaults(run=run)
 
@@ -70,40 +70,66 @@ def run(args) -> int:
         reasoning_effort=args.reasoning_effort, timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
         wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
         approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
+    checkpoints = Path(args.checkpoints or out / "checkpoints.sqlite")
+    thread = args.resume or args.thread or f"{folder.name}-{uuid.uuid4().hex[:8]}"
+    config = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit(context)}
+    if args.resume:
+        # Checked before anything is written: a resume that cannot resume leaves no files behind.
+        if not checkpoints.is_file():
+            console.print(f"[red]error:[/red] no checkpoints at {checkpoints} to resume {thread!r} from", highlight=False)
+            return 2
+        payload = None
+    else:
+        shapes = shapes_from(folder, args) or []
+        suite.check_run(folder, shapes or folder.spec.default_shapes(), args.dtype or folder.spec.default_dtype())
+        payload = {"kernel": folder.name, "shapes": shapes, **({"dtype": args.dtype} if args.dtype else {})}
+        checkpoints.parent.mkdir(parents=True, exist_ok=True)
+    app = build_graph().compile(checkpointer=sqlite_checkpointer(checkpoints))
+    if args.resume and not app.get_state(config).values:
+        console.print(f"[red]error:[/red] no checkpoint for thread {thread!r} in {checkpoints}", highlight=False)
+        return 2
     try:
         evaluator = open_evaluator(folder.name, context.results, replay=args.replay, gpu=args.gpu, needs=(
             "the agent measures every candidate, so it needs an NVIDIA GPU. What runs without one: "
-            f"`astra space {folder.name}`, `astra check {folder.name}`, `astra optimize {folder.name} --replay "
-            "STORE` (answers from a recorded results store), and the agent's tests (`pytest tests/agent`)."))
+            f"`astra optimize {folder.name} --replay recorded` (answers from the recording shipped for every "
+            f"kernel), `astra space {folder.name}`, `astra check {folder.name}`, and the agent's tests "
+            "(`pytest tests/agent`)."))
     except NoGpuError as exc:
         console.print(f"[yellow]no GPU here:[/yellow] {exc}", highlight=False)
         return 2
     except AstraError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    thread = args.resume or args.thread or f"{folder.name}-{uuid.uuid4().hex[:8]}"
-    config = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit(context)}
-    payload = None if args.resume else {"kernel": folder.name, "shapes": shapes_from(folder, args) or [],
-                                        **({"dtype": args.dtype} if args.dtype else {})}
-    app = build_graph().compile(checkpointer=sqlite_checkpointer(args.checkpoints or out / "checkpoints.sqlite"))
-    if args.resume and not app.get_state(config).values:
-        console.print(f"[red]error:[/red] no checkpoint for thread {thread!r} in {args.checkpoints or out / 'checkpoints.sqlite'}")
-        return 2
-    console.print(f"thread {thread} (resume with `astra optimize {folder.name} --resume {thread}`)", highlight=False)
+    console.print(f"thread {thread}", highlight=False)
 
     def show(event: dict) -> None:
+        if "progress" in event:  # long work of known size (the tune step's compiles): a bar, not lines
+            update(done=event["progress"]["done"], total=event["progress"]["total"],
+                   description=f"{event['node']} {event['message']}")
+            return
+        update(restart=True, description="the agent")
         console.print(f"[bold]{event['node']}[/bold] {escape(event['message'])}")
 
     def ask(question: dict) -> bool:
         return console.input(f"{question['question']} [y/N] ").strip().lower() in ("y", "yes")
 
-    with evaluator:
-        context.evaluator = evaluator
-        final = run_thread(app, payload, config=config, context=context, on_event=show, answer=ask)
+    try:
+        with evaluator, progress_bar("the agent", enabled=not args.approve) as update:
+            context.evaluator = evaluator
+            final = run_thread(app, payload, config=config, context=context, on_event=show, answer=ask)
+    except KeyboardInterrupt:
+        if app.get_state(config).values:  # only a thread with a checkpoint can be resumed
+            console.print(f"resume with `astra optimize {folder.name} --resume {thread} --out {out}`", highlight=False)
+        raise
+    report = final.get("report") or {}
     if args.json:
         print(json.dumps(final.get("report"), indent=2))
-    elif final.get("report"):
-        console.print(render(final["report"]), markup=False, highlight=False)
+    elif report:
+        console.print(render(report), markup=False, highlight=False)
         console.print(f"wrote {out / 'report.md'}, {out / 'report.json'}, {out / 'best.cu'}")
+    if not any(row.get("baseline_us") for row in report.get("shapes", [])):
+        console.print(f"[red]nothing was measured:[/red] {escape(report.get('stop_reason') or 'the run stopped')}",
+                      highlight=False)
+        return 1
     return 0

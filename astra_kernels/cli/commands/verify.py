@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from astra_kernels.cli.arguments import shapes_from
+from astra_kernels.cli.arguments import count, shapes_from
 from astra_kernels.cli.output import console
 
 
@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
     verify.add_argument("--shapes", help="comma-separated shapes (default: every shape of every set)")
     verify.add_argument("--set", help="one shape set: astra, serving or odd")
     verify.add_argument("--store", help="results store (default OUT/results.sqlite)")
-    verify.add_argument("--gpu", type=int, default=0)
+    verify.add_argument("--gpu", type=count, default=0)
     verify.set_defaults(run=run)
 
 
@@ -37,7 +37,9 @@ def run(args) -> int:
     folder = suite.load(report.kernel)
     shapes = shapes_from(folder, args) or folder.spec.all_shapes()
     if not gpu_available():
-        console.print("[yellow]no GPU here:[/yellow] verifying runs the kernel, so it needs an NVIDIA GPU.")
+        console.print("[yellow]no GPU here:[/yellow] verifying runs the kernel, so it needs an NVIDIA GPU. What runs "
+                      f"without one: `astra export {args.out}` (the table as a .cu file and a guide), "
+                      f"`astra report {out / 'results.sqlite'}` (what the tuning measured).", highlight=False)
         return 2
     with EvaluationWorker(device_index=args.gpu) as worker, ResultsStore(args.store or out / "results.sqlite") as store:
         if worker.device["name"] != report.device:

@@ -1,0 +1,129 @@
+"""What `astra` prints when stdout is not a terminal (a pipe, a log, CI) is whole: no line
+hard-wrapped at 80 columns (or at $COLUMNS), tables as Markdown with every cell whole, not cut to
+`sil…`. Each command runs as a child process with stdout a pipe, as `astra kernels | cat` would,
+and stdin not a terminal either (rich takes a width from any standard stream that is one)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from astra_kernels.kernels_sglang import suite
+from rich.table import Table
+
+from astra_kernels.cli.output import markdown_table
+
+ROOT = Path(__file__).resolve().parents[2]
+LONG_KERNEL = "nosuch_kernel_with_a_very_long_name_" + "that_goes_on_" * 8
+
+
+def astra(*args: str, columns: str | None = None) -> subprocess.CompletedProcess:
+    """`astra ARGS | cat`: the command in a fresh interpreter (-P: the installed package, not
+    whatever the working directory holds), stdout a pipe, no COLUMNS unless given, and nothing
+    that would make rich treat the pipe as a terminal."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-P", "-m", "astra_kernels.cli", *args], check=False, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, env=env, timeout=300)
+
+
+def _table_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith("|")]
+
+
+@pytest.mark.parametrize("columns", [None, "40"])
+def test_piped_kernels_is_a_whole_markdown_table(columns):
+    proc = astra("kernels", columns=columns)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "…" not in out
+    lines = out.splitlines()
+    header = lines.index("| kernel | computes | dtypes / variants | shape (--shapes) | shape sets | template space |")
+    assert set(lines[header + 1]) <= set("|-:") and lines[header + 1].startswith("|---|")
+    rows = _table_lines(out)[2:]
+    assert len(rows) == len(suite.names())  # one line per kernel: no cell wrapped onto a line of its own
+    for name, row in zip(suite.names(), rows):
+        spec = suite.load(name).spec
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[0] == name
+        assert cells[3] == f"{'x'.join(spec.symbols)}<br>e.g. {spec.label(spec.default_shapes()[0])}"
+        assert spec.summary.replace("|", "\\|") == cells[1]  # the whole summary, markup and all
+        assert row.endswith(" |") and row.count(" | ") == 5
+
+
+def test_kernels_json_names_the_shape_symbols_in_the_order_shapes_are_read():
+    proc = astra("kernels", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = {k["name"]: k for k in json.loads(proc.stdout)}
+    assert sorted(listed) == sorted(suite.names())
+    for name, entry in listed.items():
+        spec = suite.load(name).spec
+        assert entry["symbols"] == spec.symbols
+        assert entry["shape_format"] == "x".join(spec.symbols)
+        shape = spec.parse_shape(entry["example_shape"])  # what `--shapes` would make of it
+        assert spec.label(shape) == entry["example_shape"] and shape in spec.all_shapes()
+
+
+def test_piped_doctor_shows_every_value_whole():
+    """The CUDA header path was the first casualty: `…/nvidia/cu13/incl…` at 80 columns."""
+    report = json.loads(astra("doctor", "--json").stdout)
+    proc = astra("doctor")
+    assert "…" not in proc.stdout, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ["| what | this machine |", "|---|---|"]
+    assert lines[2:] == [f"| {key} | {value} |" for key, value in report.items()]
+
+
+@pytest.mark.parametrize("columns", [None, "40"])
+def test_an_error_longer_than_the_console_stays_on_one_line(tmp_path, columns):
+    missing = tmp_path / ("a_folder_with_a_long_name_" * 4) / "missing.sqlite"
+    assert len(str(missing)) > 80
+    proc = astra("tune", "rmsnorm", "--replay", str(missing), columns=columns)
+    assert proc.returncode == 2
+    assert f"error: no results store at {missing} to replay" in proc.stdout.splitlines(), proc.stdout
+    proc = astra("check", LONG_KERNEL, columns=columns)
+    assert proc.returncode == 1
+    line, = (line for line in proc.stdout.splitlines() if line.startswith("error:"))
+    assert f"unknown kernel '{LONG_KERNEL}'" in line and line.endswith(suite.names()[-1]), proc.stdout
+
+
+def test_a_piped_space_report_keeps_each_reason_in_its_cell():
+    proc = astra("space", "rmsnorm", "--shape", "16x4096", "--sample", "20", "--arch", "sm_90", columns="40")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("rmsnorm 16x4096 bf16 default on sm_90: 20 -> ")
+    stages = [line.split(" | ")[0].lstrip("| ") for line in _table_lines(proc.stdout)[2:]]
+    assert stages == ["space", "constraint", "compile", "hardware"] and "…" not in proc.stdout
+
+
+def test_markdown_table_strips_markup_and_keeps_cells_on_their_line():
+    table = Table(title="[bold]a title[/bold]", caption="a caption")
+    table.add_column("name")
+    table.add_column("us", justify="right")
+    table.add_row("[green]ok[/green] \\[literal]", "1.50")
+    table.add_row("a | b\nsecond line", "")
+    assert markdown_table(table) == [
+        "a title",
+        "| name | us |",
+        "|---|---:|",
+        "| ok [literal] | 1.50 |",
+        "| a \\| b<br>second line |  |",
+        "a caption",
+    ]
+
+
+def _console_constructions(path: Path) -> list[str]:
+    return [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Console"]
+
+
+def test_the_commands_and_the_bench_scripts_share_one_console():
+    """A script with its own Console() wraps and cuts again when piped; there is one, in cli/output.py."""
+    sources = [*sorted((ROOT / "astra_kernels" / "cli").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]
+    own = [hit for path in sources if path.name != "output.py" for hit in _console_constructions(path)]
+    assert not own, f"these build their own rich Console; use astra_kernels.cli.output: {own}"
