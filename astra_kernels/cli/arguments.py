@@ -39,6 +39,17 @@ count = _number(int, 0, "a whole number of zero or more")
 positive_seconds = _number(float, 1e-9, "a positive number of seconds")
 
 
+def add_measuring_arguments(parser) -> None:
+    """Where a command that measures gets its answers: `--replay STORE` or the GPU `--gpu N`,
+    and its `--store`; spelled once for tune and optimize."""
+    parser.add_argument("--store", help="results store (default OUT/results.sqlite)")
+    parser.add_argument("--replay", metavar="STORE",
+                        help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
+                             ".sqlite.gz, or `recorded` for the one shipped with the package for each kernel), "
+                             "refusing what it lacks; copied to the run's store first")
+    parser.add_argument("--gpu", type=count, default=0, help="the GPU to measure on (default 0)")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a one-line error: the usage block argparse prints first hides the line that
     says what is wrong; `--help` still shows the usage."""

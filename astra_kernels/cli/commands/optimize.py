@@ -7,7 +7,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from astra_kernels.cli.arguments import count, positive_int, positive_seconds, shapes_from
+from astra_kernels.cli.arguments import (
+    add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
+)
 from astra_kernels.cli.output import console, progress_bar
 
 
@@ -40,13 +42,8 @@ def add_parser(sub) -> None:
     optimize.add_argument("--thread", help="name this run's checkpoint thread")
     optimize.add_argument("--resume", metavar="THREAD", help="continue a stopped run from its last checkpoint")
     optimize.add_argument("--checkpoints", help="checkpoint database (default OUT/checkpoints.sqlite)")
-    optimize.add_argument("--store", help="results store (default OUT/results.sqlite)")
     optimize.add_argument("--out", help="output folder (default out/KERNEL-agent)")
-    optimize.add_argument("--replay", metavar="STORE",
-                          help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
-                               ".sqlite.gz, or `recorded` for the one shipped with the package), refusing "
-                               "what it lacks; copied to the run's store first")
-    optimize.add_argument("--gpu", type=count, default=0)
+    add_measuring_arguments(optimize)
     optimize.add_argument("--json", action="store_true")
     optimize.set_defaults(run=run)
 

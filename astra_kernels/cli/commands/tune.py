@@ -7,7 +7,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from astra_kernels.cli.arguments import count, positive_int, positive_seconds, shapes_from
+from astra_kernels.cli.arguments import (
+    add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
+)
 from astra_kernels.cli.output import console, progress_bar
 
 
@@ -39,12 +41,7 @@ def add_parser(sub) -> None:
     tune.add_argument("--sample", type=positive_int, help="search a seeded sample of this many configurations")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", help="output folder (default out/KERNEL)")
-    tune.add_argument("--store", help="results store (default OUT/results.sqlite)")
-    tune.add_argument("--replay", metavar="STORE",
-                      help="no GPU: answer every evaluation from this recorded results store (.sqlite or "
-                           ".sqlite.gz, or `recorded` for the one shipped with the package), refusing what "
-                           "it lacks; copied to the run's store first")
-    tune.add_argument("--gpu", type=count, default=0)
+    add_measuring_arguments(tune)
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(run=run)
 
