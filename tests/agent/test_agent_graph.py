@@ -176,3 +176,23 @@ def test_without_a_gpu_or_an_evaluator_the_error_says_so(tmp_path):
     ctx = RunContext(results=str(tmp_path / "r.sqlite"))
     with pytest.raises(NoGpuError, match="needs an NVIDIA GPU"):
         run(ctx)
+
+
+def test_the_tune_step_streams_its_compiles_as_progress_not_lines(tmp_path):
+    """The tuner compiles the pruned space before it searches (minutes on a small machine): it
+    streams progress events {done, total} at each twentieth, which `astra optimize` shows as a bar,
+    and none of them goes into the run's recorded events."""
+    ctx = context(tmp_path)
+    app = build_graph().compile()
+    config = {"configurable": {"thread_id": "t"}, "recursion_limit": recursion_limit(ctx)}
+    progress, final = [], None
+    for mode, chunk in app.stream(INPUT, config=config, context=ctx, stream_mode=["custom", "values"]):
+        if mode == "custom" and "progress" in chunk:
+            progress.append(chunk)
+        elif mode == "values":
+            final = chunk
+    for label in ("16x4096", "64x8192"):
+        mine = [p["progress"] for p in progress if p["message"].startswith(label)]
+        assert mine and mine[-1]["done"] == mine[-1]["total"] and len(mine) <= 21, mine
+        assert all(p["node"] == "tuner" for p in progress)
+    assert not any("compiling the space" in e for e in final["report"]["events"])

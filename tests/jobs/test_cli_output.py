@@ -127,3 +127,57 @@ def test_the_commands_and_the_bench_scripts_share_one_console():
     sources = [*sorted((ROOT / "astra_kernels" / "cli").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]
     own = [hit for path in sources if path.name != "output.py" for hit in _console_constructions(path)]
     assert not own, f"these build their own rich Console; use astra_kernels.cli.output: {own}"
+
+
+def _on_a_terminal(argv: list[str], timeout: float = 300) -> str:
+    """Run `astra ARGV` with a pseudo-terminal as its stdout (what a user sees), return all it wrote."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    process = subprocess.Popen([sys.executable, "-P", "-m", "astra_kernels.cli", *argv], stdin=subprocess.DEVNULL,
+                               stdout=follower, stderr=follower, env={**env, "COLUMNS": "160", "TERM": "xterm"})
+    os.close(follower)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], timeout)
+        if not ready:
+            process.kill()
+            raise AssertionError("no output for too long:\n" + b"".join(chunks).decode(errors="replace"))
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(30)
+    os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_long_work_on_a_terminal_shows_a_bar_saying_what_is_done(tmp_path):
+    """astra space compiles a template's configurations (over a minute on a cold cache): a terminal
+    gets a bar naming the work and counting it, gone once the table is printed."""
+    import re
+
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", _on_a_terminal(["space", "rmsnorm", "--shape", "16x4096",
+                                                                  "--sample", "40", "--seed", "3"]))
+    assert "rmsnorm 16x4096: compiling the configurations for sm_" in shown, shown
+    assert re.search(r"\b(\d+)/\1\b", shown), shown  # the count of compiles, done/total, to the last
+    assert "hardware" in shown  # then the table
+
+
+def test_compile_progress_counts_every_configuration_once():
+    from astra_kernels.tools.toolchain.compiler import compile_many
+    from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+
+    source = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= N; }'
+    seen = []
+    outcomes = compile_many([(source, CompileOptions(defines={"N": n})) for n in range(1, 6)],
+                            progress=lambda done, total: seen.append((done, total)), cache=False)
+    assert len(outcomes) == 5 and seen[-1] == (5, 5) and [d for d, _ in seen] == sorted(d for d, _ in seen)

@@ -114,6 +114,7 @@ def test_an_unknown_model_provider_is_named_with_the_known_ones(tmp_path, capsys
                      "--out", str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "unknown model provider 'nosuch'" in out and "openai" in out and "anthropic" in out, out
+    assert "--resume" not in out, "no resume hint for a run that stopped before its first checkpoint"
 
 
 def _bench_report(rows, date):
