@@ -216,7 +216,12 @@ def test_a_model_template_that_takes_the_compiler_forever_is_cut_off_and_the_run
     from astra_kernels.nodes import templater
     from support.faulty import endless_source
 
+    from astra_kernels.nodes import tuner
+
+    # The templater's check compile and the tuner's space pruning both stop at the worker's
+    # compile deadline, each as imported by its node.
     monkeypatch.setattr(templater, "COMPILE_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(tuner, "COMPILE_TIMEOUT_S", 3.0)
     slow = (suite.SUITE_DIR / "silu_and_mul" / "template.cu").read_text() + endless_source()
     gpu = FakeGPU()
     script = ["ready", decision("templatize"), f"A template.\n```cuda\n{slow}```", decision("stop")]
@@ -240,7 +245,12 @@ def test_a_model_template_that_compiles_for_ever_at_some_values_is_pruned_there_
     from astra_kernels.tools.search import space
     from support.faulty import endless_source
 
+    from astra_kernels.nodes import tuner
+
+    # The templater's check compile and the tuner's space pruning both stop at the worker's
+    # compile deadline, each as imported by its node.
     monkeypatch.setattr(templater, "COMPILE_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(tuner, "COMPILE_TIMEOUT_S", 3.0)
     cut_off = []
 
     def spy(*args, **kw):
@@ -257,9 +267,7 @@ def test_a_model_template_that_compiles_for_ever_at_some_values_is_pruned_there_
     started = time.monotonic()
     with FaultyEndpoint(script) as endpoint:
         result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=0))
-    # A guard against a hang (each endless compile holds a worker until its deadline), not a
-    # timing: generous, since a loaded 2-core CI machine took 303 s where an idle one takes 60.
-    assert time.monotonic() - started < 900
+    assert time.monotonic() - started < 240
     assert cut_off and all("did not finish within 3 s" in o.error for o in cut_off)
     tuned = Candidate.model_validate(result["best"])
     assert [c["verdict"] for c in result["history"]] == ["accepted"] and tuned.origin == "tune"
