@@ -4,6 +4,7 @@ this small main that builds the parser from them and turns every project error i
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -32,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
+    for name, subparser in sub.choices.items():  # so a misspelled option is named with its command
+        subparser.set_defaults(parser_of_command=subparser)
     return parser
 
 
@@ -61,13 +64,20 @@ def _stop(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     from astra_kernels.tools.errors import AstraError, UsageError
 
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:
+        args.parser_of_command.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     command = shlex.join(["astra", *(sys.argv[1:] if argv is None else argv)])
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     _handle_signals({signal.SIGINT: _stop, signal.SIGTERM: _stop})
     try:
         return args.run(args)
+    except BrokenPipeError:
+        # The reader went away (`astra kernels --json | head -1`): what it wanted it has. Nothing
+        # more may reach the closed pipe, not even Python's own flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer whose reader left
     except AstraError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2 if isinstance(exc, UsageError) else 1

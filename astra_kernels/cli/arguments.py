@@ -5,6 +5,7 @@ argparse's own error for a number), so the command exits 2 with one line naming 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from astra_kernels.tools.errors import UsageError
 
@@ -56,3 +57,9 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _get_formatter(self):
+        """Help at the terminal's width; piped or logged, each paragraph on whole lines."""
+        if sys.stdout.isatty():
+            return super()._get_formatter()
+        return self.formatter_class(prog=self.prog, width=10_000)

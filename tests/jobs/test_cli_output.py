@@ -181,3 +181,32 @@ def test_compile_progress_counts_every_configuration_once():
     outcomes = compile_many([(source, CompileOptions(defines={"N": n})) for n in range(1, 6)],
                             progress=lambda done, total: seen.append((done, total)), cache=False)
     assert len(outcomes) == 5 and seen[-1] == (5, 5) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_a_reader_that_leaves_early_is_no_traceback():
+    """`astra kernels --json | head -1`: the reader may close the pipe before astra writes; that
+    ends the command quietly (exit 141, as a shell reports SIGPIPE), never with a traceback."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-P", "-m", "astra_kernels.cli", "kernels", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # gone before the first byte
+    errors = process.stderr.read().decode()
+    assert process.wait(120) == 141 and "Traceback" not in errors and "BrokenPipe" not in errors, errors
+
+
+def test_help_and_a_misspelled_option_piped(capsys):
+    """Piped --help keeps each option's text on whole lines; a misspelled option is named with
+    the command it was given to."""
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-P", "-m", "astra_kernels.cli", "tune", "--help"], capture_output=True,
+                           text=True, env={k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}).stdout
+    replay = next(line for line in shown.splitlines() if line.strip().startswith("--replay"))
+    assert "copied to the run's store first" in replay, shown
+    wrong = subprocess.run([sys.executable, "-P", "-m", "astra_kernels.cli", "tune", "rmsnorm", "--sampel", "3"],
+                           capture_output=True, text=True)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("astra tune: error: unrecognized arguments: --sampel"), \
+        wrong.stderr

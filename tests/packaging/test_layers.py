@@ -172,3 +172,12 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         failures = [f"{m}: {err}" for m, rc, err in pool.map(_import_alone, modules) if rc != 0]
     assert not failures, "modules that do not import alone:\n" + "\n".join(failures)
+
+
+def test_every_kernel_folder_is_a_package_the_wheel_installs():
+    """A kernel folder pyproject.toml does not list is left out of a wheel's Python files (its
+    spec.py), and an installed suite would silently lack the kernel (kernels_sglang/ADDING.md)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {p.parent.name for p in (ROOT / "kernels_sglang").glob("*/spec.py")}
+    listed = {p.rsplit(".", 1)[1] for p in config["packages"] if p.startswith(f"{PACKAGE}.kernels_sglang.")}
+    assert folders and folders <= listed, f"add to [tool.setuptools] packages: {sorted(folders - listed)}"

@@ -115,6 +115,7 @@ def test_an_unknown_model_provider_is_named_with_the_known_ones(tmp_path, capsys
     out = capsys.readouterr().out
     assert "unknown model provider 'nosuch'" in out and "openai" in out and "anthropic" in out, out
     assert "--resume" not in out, "no resume hint for a run that stopped before its first checkpoint"
+    assert not any(tmp_path.iterdir()), "a typo in --model writes nothing (it left a copy of the recording)"
 
 
 def _bench_report(rows, date):

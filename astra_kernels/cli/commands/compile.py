@@ -71,7 +71,8 @@ def run(args) -> int:
 
     path = Path(args.source)
     if not path.is_file():
-        console.print(f"[red]error:[/red] no such file: {path}", highlight=False)
+        console.print(f"[red]error:[/red] {path} is a folder; give a .cu file in it" if path.is_dir()
+                      else f"[red]error:[/red] no such file: {path}", highlight=False)
         return 2
     try:
         source = path.read_text()

@@ -58,6 +58,7 @@ def run(args) -> int:
     from astra_kernels.graph.threads import run_thread
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.nodes.reporter import render
+    from astra_kernels.nodes.shared.chat import make_chat_model
     from astra_kernels.tools.errors import AstraError, NoGpuError
 
     folder = suite.load(args.kernel)
@@ -67,6 +68,7 @@ def run(args) -> int:
         reasoning_effort=args.reasoning_effort, timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
         wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
         approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
+    make_chat_model(context)  # a typo in --model is named before anything is written
     checkpoints = Path(args.checkpoints or out / "checkpoints.sqlite")
     thread = args.resume or args.thread or f"{folder.name}-{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit(context)}
