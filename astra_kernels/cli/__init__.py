@@ -9,6 +9,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 
 from rich.markup import escape
 
@@ -82,9 +83,35 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt as exc:
-        return _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"))
+        code = _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"))
+        if argv is None:  # the astra process itself, not a caller's (a test's) process
+            _leave_if_a_thread_holds_on(code)
+        return code
     finally:
         _handle_signals(handlers)  # as they were: main may be called in a process that goes on
+
+
+def _leave_if_a_thread_holds_on(code: int, grace_s: float = 3.0) -> None:
+    """After Ctrl-C or SIGTERM, the command's other threads end with its children (a node of
+    `astra optimize` runs in one of LangGraph's threads, and its compiles end when the workers are
+    killed). One that does not would be joined by the interpreter at exit, and the command would
+    hang after saying it stopped. Past a short grace it leaves without them: every evaluation is
+    already a committed row of the results store and every finished step a checkpoint, and its
+    children die with it (processes.die_with_parent)."""
+    def others() -> list[threading.Thread]:
+        return [t for t in threading.enumerate()
+                if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+
+    deadline = time.monotonic() + grace_s
+    for thread in others():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if others():
+        compiler = sys.modules.get("astra_kernels.tools.toolchain.compiler")
+        if compiler is not None:
+            compiler.stop_compiles()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _handle_signals(handlers: dict) -> None:

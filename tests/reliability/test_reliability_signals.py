@@ -88,6 +88,7 @@ class Run:
         self.out = tmp_path / "out"
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
         env["ASTRA_CACHE_DIR"] = str(tmp_path / "cache")  # a cold compile cache: it really compiles
+        env["PYTHONUNBUFFERED"] = "1"  # a run that hangs shows all it said
         self.process = subprocess.Popen(
             [sys.executable, "-P", "-m", "astra_kernels.cli", command, "rmsnorm", "--replay", "recorded",
              "--out", str(self.out)],

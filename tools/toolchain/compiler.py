@@ -200,4 +200,7 @@ def _stop_pool(pool: futures.ProcessPoolExecutor) -> None:
                     process.kill()
             for process in processes:
                 process.join(5)
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Not waiting: after its workers are killed, the pool's manager thread can wedge on the
+        # queue they shared (seen once in ten interrupts on a loaded machine); the CLI's main
+        # leaves without such a thread after a short grace (cli._leave_if_a_thread_holds_on).
+        pool.shutdown(wait=False, cancel_futures=True)
