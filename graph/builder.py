@@ -35,10 +35,10 @@ def build_graph() -> StateGraph:
     builder.add_node("reporter", report)
     builder.add_edge(START, "load")
     builder.add_conditional_edges("load", routing.after_load)
-    builder.add_conditional_edges("planner", routing.after_planner)
-    builder.add_conditional_edges("generator", routing.after_generator)
+    builder.add_conditional_edges("planner", routing.after_planner, ["generator", "templater", "tuner", "reporter"])
+    builder.add_edge("generator", "tester")
     builder.add_conditional_edges("templater", routing.after_templater)
-    builder.add_conditional_edges("tester", routing.after_tester)
+    builder.add_conditional_edges("tester", routing.after_tester, ["generator", "profiler"])
     builder.add_conditional_edges("tuner", routing.after_tuner)
     builder.add_edge("profiler", "planner")
     builder.add_edge("reporter", END)
@@ -46,8 +46,9 @@ def build_graph() -> StateGraph:
 
 
 def recursion_limit(context: RunContext) -> int:
-    """Steps a run can take at most: every round may retry a candidate `retries` times."""
-    return 8 + context.rounds * (2 * (context.retries + 1) + 3)
+    """Steps a run can take at most: every round may repair its candidates `retries` times (the
+    parallel branches of a round count as one step) and a template as often again after its tuning."""
+    return 8 + context.rounds * (4 * (context.retries + 1) + 3)
 
 
 graph = build_graph().compile()

@@ -1,8 +1,8 @@
 """Run configuration, LangGraph's context schema: what to run with, never what was found.
 
 Every field has a default and plain values, so LangGraph Studio can offer it as a form and the
-CLI as flags. Two fields take objects for programmatic use: `chat_model` (any LangChain chat
-model, e.g. a scripted one in tests) and `evaluator` (anything with `device` and
+CLI as flags. Some fields take objects for programmatic use: `chat_model` (any LangChain chat
+model, e.g. a scripted one in tests; `planner_chat_model` and `coder_chat_model` per role) and `evaluator` (anything with `device` and
 `evaluate(request)`, e.g. an EvaluationWorker the caller owns). Left empty they are built from
 `model` / `base_url` and from `replay` or `gpu`: `replay` is the plain-value way to run without a
 GPU, for clients that cannot pass objects (LangGraph Studio, the server's REST API). The
@@ -23,9 +23,22 @@ class RunContext:
     base_url: str | None = None  # an OpenAI-compatible server: vLLM, Ollama, SGLang
     temperature: float | None = None
     reasoning_effort: str | None = None  # "low" | "medium" | "high" for reasoning models
-    timeout_s: float = 180.0  # per model request
-    max_retries: int = 4  # per model request, on 429, 5xx and timeouts, with backoff
+    # A role's own model and settings; unset, the role takes `model`, `temperature`, `reasoning_effort`.
+    # The planner reasons over facts and answers in JSON; the coder (generator and templater) writes kernels.
+    planner_model: str | None = None
+    planner_temperature: float | None = None
+    planner_reasoning_effort: str | None = None
+    coder_model: str | None = None
+    coder_temperature: float | None = None
+    coder_reasoning_effort: str | None = None
+    # Output tokens per answer: a plan is a short JSON object, a kernel a file of a few hundred
+    # lines; without a cap a small model writes until its context ends (7,652 tokens in 354 s).
+    planner_max_tokens: int = 2048
+    coder_max_tokens: int = 8192
+    timeout_s: float = 180.0  # per model request; a request that times out is a failed answer, not retried
+    max_retries: int = 4  # per model request, on 429, 5xx and connection errors, with backoff
     rounds: int = 4  # planner decisions before the reporter
+    candidates: int = 1  # rewrites asked for each round (best-of-N), compiled in parallel, timed one by one
     retries: int = 2  # fixes asked of the model per candidate after a compile error or failed test
     wall_seconds: float = 3600.0  # the whole run
     strategy: str = "auto"  # the tuner's search strategy
@@ -38,5 +51,7 @@ class RunContext:
     # Answer from a recorded results store instead of a GPU: "recorded" (the newest shipped
     # recording of the kernel), "recorded:SESSION" or a store's path. Its working copy is `results`.
     replay: str | None = None
-    chat_model: Any = None
+    chat_model: Any = None  # any LangChain chat model, for every role without its own
+    planner_chat_model: Any = None
+    coder_chat_model: Any = None
     evaluator: Any = None

@@ -1,7 +1,9 @@
 """Where the graph goes after each node: named functions of the state and the run's context.
 
-The loop caps itself: planner rounds and per-candidate retries are counted in the state and
+The loop caps itself: planner rounds and per-candidate attempts are counted in the state and
 bounded by the context, so a run ends in the reporter long before LangGraph's recursion limit.
+A rewrite round fans out: `candidates` generator branches at once (LangGraph's `Send`, each
+with its slot), and after the tester only the failed ones go back for a repair.
 """
 
 from __future__ import annotations
@@ -9,33 +11,51 @@ from __future__ import annotations
 from typing import Literal
 
 from langgraph.runtime import Runtime
+from langgraph.types import Send
 
 from .context import RunContext
-from .state import AgentState
-
-FAILED = ("invalid", "compile_error", "incorrect")
+from .state import FAILED, AgentState
 
 
 def after_load(state: AgentState) -> Literal["planner", "reporter"]:
     return "reporter" if state.get("stop_reason") else "planner"
 
 
-def after_planner(state: AgentState, runtime: Runtime[RunContext]) -> Literal[
-        "generator", "templater", "tuner", "reporter"]:
+def _has_coder(context: RunContext) -> bool:
+    return bool(context.coder_chat_model or context.chat_model or context.coder_model or context.model)
+
+
+def _next_id(state: AgentState) -> int:
+    ids = [c["id"] for c in state.get("history", [])] + [d["id"] for d in state.get("drafts", [])]
+    ids += [c["id"] for c in (state.get("candidate"), state.get("baseline")) if c]
+    return max(ids, default=0) + 1
+
+
+def _to_generator(state: AgentState, slots: list[int]) -> list[Send]:
+    first = _next_id(state)
+    return [Send("generator", {**state, "slot": slot, "next_id": first}) for slot in slots]
+
+
+def after_planner(state: AgentState, runtime: Runtime[RunContext]):
+    """To `candidates` generator branches, the templater, the tuner, or the reporter."""
     action = state["decision"]["action"]
-    if action in ("rewrite", "templatize") and runtime.context.model is None and runtime.context.chat_model is None:
+    if action in ("rewrite", "templatize") and not _has_coder(runtime.context):
         return "reporter"  # only a model rewrites or re-templates; the rules never ask for it
-    return {"rewrite": "generator", "templatize": "templater", "tune": "tuner"}.get(action, "reporter")
+    if action == "rewrite":
+        return _to_generator(state, list(range(max(1, runtime.context.candidates))))
+    return {"templatize": "templater", "tune": "tuner"}.get(action, "reporter")
+
+
+def after_tester(state: AgentState, runtime: Runtime[RunContext]):
+    """The failed drafts that have attempts left go back to their generator branch; the rest wait
+    for them, then all go to the profiler."""
+    again = [d["slot"] for d in state.get("drafts", [])
+             if d["verdict"] in FAILED and d["attempts"] <= runtime.context.retries]
+    return _to_generator(state, again) if again else "profiler"
 
 
 def _retry_or_plan(state: AgentState, runtime: Runtime[RunContext], again: str) -> str:
     return again if state.get("retries", 0) <= runtime.context.retries else "planner"
-
-
-def after_generator(state: AgentState, runtime: Runtime[RunContext]) -> Literal["tester", "generator", "planner"]:
-    if state["candidate"]["verdict"] in FAILED:
-        return _retry_or_plan(state, runtime, "generator")
-    return "tester"
 
 
 def after_templater(state: AgentState, runtime: Runtime[RunContext]) -> Literal["tuner", "templater", "planner"]:
@@ -44,11 +64,12 @@ def after_templater(state: AgentState, runtime: Runtime[RunContext]) -> Literal[
     return "tuner"
 
 
-def after_tester(state: AgentState, runtime: Runtime[RunContext]) -> Literal["profiler", "generator", "planner"]:
-    if state["candidate"]["verdict"] in FAILED:
-        return _retry_or_plan(state, runtime, "generator")
-    return "profiler"
-
-
-def after_tuner(state: AgentState) -> Literal["profiler", "planner"]:
-    return "planner" if state["candidate"]["verdict"] in FAILED else "profiler"
+def after_tuner(state: AgentState, runtime: Runtime[RunContext]) -> Literal["profiler", "templater", "planner"]:
+    """A template of the model's that no configuration ran correctly with goes back to the
+    templater, with sample errors; the suite's own template never does."""
+    candidate = state["candidate"]
+    if candidate["verdict"] not in FAILED:
+        return "profiler"
+    if candidate.get("conversation") and _has_coder(runtime.context):
+        return _retry_or_plan(state, runtime, "templater")
+    return "planner"

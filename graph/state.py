@@ -11,14 +11,16 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 # pydantic builds the JSON schemas LangGraph Studio draws its input form from, and before
 # Python 3.12 it refuses typing.TypedDict (the form would be missing); pydantic requires this.
 from typing_extensions import TypedDict
 
 Origin = Literal["baseline", "rewrite", "template", "tune"]
-Verdict = Literal["pending", "invalid", "compile_error", "incorrect", "passed", "accepted", "slower", "rejected"]
+Verdict = Literal["pending", "invalid", "compile_error", "incorrect", "passed", "accepted", "slower", "rejected",
+                  "unmeasured", "duplicate"]
 Action = Literal["rewrite", "templatize", "tune", "stop"]
+FAILED = ("invalid", "compile_error", "incorrect", "duplicate")  # a repair can fix these; "unmeasured" is not one
 
 
 class ShapeMeasurement(BaseModel):
@@ -28,24 +30,44 @@ class ShapeMeasurement(BaseModel):
     status: str
     median_us: float | None = None
     fraction_of_copy_bandwidth: float | None = None
+    floor_us: float | None = None  # bytes moved over the measured copy bandwidth
     config: dict[str, int] = Field(default_factory=dict)
     message: str = ""
 
 
+class Message(BaseModel):
+    """One turn of a conversation with the model, kept so a repair is asked in the same
+    conversation as the attempt it repairs (the model sees its own failed code)."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
 class Candidate(BaseModel):
     """A kernel in the template format: a rewrite is a template with no parameters, a template
-    has them; `configs` holds the configuration to run per shape label (tuned or default)."""
+    has them; `configs` holds the configuration to run per shape label (tuned or default).
+
+    `idea` is what it set out to do (the planner's optimizations), `rationale` what the model
+    said it changed; `slot` is its place among the round's candidates (best-of-N), `attempts`
+    the answers it took, `conversation` the messages that produced it (for its repairs)."""
 
     id: int
     origin: Origin
     source: str
     rationale: str = ""
+    idea: list[str] = Field(default_factory=list)
+    slot: int = 0
+    attempts: int = 1
+    conversation: list[Message] = Field(default_factory=list)
+    odd_shapes: str = ""  # how the kernel's odd shapes went: "passed", "unmeasured", or the failure
     configs: dict[str, dict[str, int]] = Field(default_factory=dict)
     verdict: Verdict = "pending"
     measurements: list[ShapeMeasurement] = Field(default_factory=list)
     registers: int | None = None
     spills: bool | None = None
     occupancy_blocks_per_sm: int | None = None
+    gpu_seconds: float = 0.0  # its evaluations' time on the GPU (a replay: the recorded time)
+    copy_bandwidth_gbs: float | None = None  # measured in the same process as its timings
     message: str = ""  # the compile log, or the failing shape and its largest differences
 
     def times(self) -> dict[str, float]:
@@ -60,6 +82,28 @@ class Candidate(BaseModel):
         return math.exp(sum(map(math.log, times)) / len(times))
 
 
+class FrontEntry(BaseModel):
+    """The fastest correct kernel measured at one shape so far: the run's dispatch table is the
+    front over every shape, so a candidate wins only the shapes where it beats it."""
+
+    candidate: int
+    origin: Origin
+    median_us: float
+    config: dict[str, int] = Field(default_factory=dict)
+    fraction_of_copy_bandwidth: float | None = None
+    floor_us: float | None = None
+
+
+class ModelCall(BaseModel):
+    """One request to a chat model, for the report's cost accounting."""
+
+    role: Literal["planner", "coder", "preflight"]
+    seconds: float
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    outcome: Literal["answered", "failed", "timed_out"] = "answered"
+
+
 class Decision(BaseModel):
     """The planner's choice, as structured output from the chat model or from the rules."""
 
@@ -68,21 +112,51 @@ class Decision(BaseModel):
     optimizations: list[str] = Field(default_factory=list,
                                      description="concrete changes to make (for rewrite or templatize)")
 
+    @field_validator("action", mode="before")
+    @classmethod
+    def _plain(cls, value):
+        """Models write "Rewrite", " rewrite" or "'tune'": the choice, not its spelling, counts."""
+        return value.strip().strip("'\"").lower() if isinstance(value, str) else value
+
+    @field_validator("optimizations", mode="before")
+    @classmethod
+    def _listed(cls, value):
+        """One optimization given as a string is a list of one."""
+        return [value] if isinstance(value, str) else value
+
+
+def merge_drafts(current: list[dict] | None, update: list[dict] | None) -> list[dict]:
+    """The round's candidates by slot: a branch's update replaces its slot's entry (a repair
+    replaces the failed attempt), and None starts a new round."""
+    if update is None:
+        return []
+    merged = {d["slot"]: d for d in current or []}
+    merged.update({d["slot"]: d for d in update})
+    return [merged[slot] for slot in sorted(merged)]
+
 
 class AgentState(TypedDict, total=False):
     kernel: str
     dtype: str
     shapes: list[dict[str, int]]
     baseline: dict | None  # a Candidate
-    best: dict | None  # a Candidate: the fastest correct one so far (the baseline at first)
-    candidate: dict | None  # a Candidate: the one being built, tested or profiled
+    best: dict | None  # a Candidate: the one holding the most shapes of the front (the baseline at first)
+    candidate: dict | None  # a Candidate: the template being built or tuned
+    drafts: Annotated[list[dict], merge_drafts]  # the round's rewrites (Candidates), one per slot
+    front: dict[str, dict]  # shape label: FrontEntry, the fastest correct kernel measured there
+    gpu: dict  # the device, its copy bandwidth and launch floor, as the facts show them
+    slot: int  # a generator branch's slot (only in what `Send` hands that branch)
+    next_id: int  # the first id of the candidates a fan-out makes (idem)
     template: str | None  # the template the tuner searches: the suite's, or the templater's
     decision: dict | None  # a Decision
     history: Annotated[list[dict], operator.add]  # every finished Candidate, in order
     events: Annotated[list[str], operator.add]  # what happened, one line each, for reports
+    calls: Annotated[list[dict], operator.add]  # every model request (ModelCall), for the costs
+    gpu_seconds: Annotated[float, operator.add]  # evaluation time on the GPU (or recorded)
     retries: int  # failed attempts at the current candidate
     round: int  # planner decisions made
     tuned: list[str]  # template sources already tuned (a hash each), so the planner moves on
+    tuning: dict | None  # the last search: its template's key, space and pruning per shape, configurations
     started_at: float
     stop_reason: str
     report: dict | None
@@ -102,6 +176,7 @@ class AgentOutput(TypedDict, total=False):
     kernel: str
     baseline: dict | None
     best: dict | None
+    front: dict[str, dict]
     history: list[dict]
     stop_reason: str
     report: dict | None

@@ -1,7 +1,10 @@
-"""load: the kernel, its shapes, a reachable chat model, and the measured baseline.
+"""load: the kernel, its shapes, reachable chat models, the GPU's floors, and the measured baseline.
 
-The chat model is checked first, so a wrong URL or key is an error before any GPU work. The
-baseline is tested and timed at every shape; it starts as the best so far.
+Each role's chat model is checked first, so a wrong URL or key is an error before any GPU work.
+The baseline is tested and timed at every shape; it starts as the front (the fastest kernel at
+every shape). The GPU's facts for the prompts come from measurements, not assumptions: its copy
+bandwidth (the bytes floor's denominator) from the baseline's evaluations, and the launch floor
+from an empty kernel replayed the same way, where this evaluator can run one.
 """
 
 from __future__ import annotations
@@ -11,11 +14,11 @@ import time
 from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate
+from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
 from astra_kernels.kernels_sglang import suite
 
-from astra_kernels.nodes.shared.chat import make_chat_model, preflight
-from astra_kernels.nodes.shared.measure import evaluate
+from astra_kernels.nodes.shared.chat import make_chat_model, preflight, role_settings
+from astra_kernels.nodes.shared.measure import evaluate, launch_floor_us, stored_evaluator
 from astra_kernels.nodes.shared.progress import say
 
 
@@ -25,20 +28,32 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     spec = folder.spec
     dtype = state.get("dtype") or spec.default_dtype()
     shapes = _checked_shapes(spec, state.get("shapes")) or spec.default_shapes()
-    model = make_chat_model(context)
-    if model is not None:
-        preflight(model, context)
+    checked = []  # one check per endpoint: the roles often share one model
+    for role in ("planner", "coder"):
+        model = make_chat_model(context, role)
+        same = model if getattr(context, f"{role}_chat_model", None) or context.chat_model else \
+            role_settings(context, role)["model"]
+        if model is not None and not any(same is c or same == c for c in checked):
+            preflight(model, context)
+            checked.append(same)
     baseline = evaluate(context, spec.name, dtype, shapes, Candidate(id=0, origin="baseline",
                                                                    source=folder.baseline.source))
+    worker = stored_evaluator(context, spec.name).worker
+    gpu = {"device": dict(worker.device or {}), "launch_floor_us": launch_floor_us(context, spec.name),
+           "copy_bandwidth_gbs": baseline.copy_bandwidth_gbs}
     update = {"dtype": dtype, "shapes": shapes, "template": folder.template.source, "round": 0, "retries": 0,
-              "tuned": [], "started_at": time.time(), "candidate": None, "decision": None}
+              "tuned": [], "started_at": time.time(), "candidate": None, "decision": None, "gpu": gpu,
+              "gpu_seconds": baseline.gpu_seconds}
     if baseline.verdict != "passed":
         return {**update, "baseline": baseline.model_dump(), "best": None,
                 "stop_reason": f"the baseline failed {baseline.message}",
                 "events": [say("load", f"the baseline failed: {baseline.message[:200]}")]}
     baseline = baseline.model_copy(update={"verdict": "accepted"})
     times = ", ".join(f"{label} {us:.2f} us" for label, us in baseline.times().items())
-    return {**update, "baseline": baseline.model_dump(), "best": baseline.model_dump(),
+    front = {m.label: FrontEntry(candidate=0, origin="baseline", median_us=m.median_us, floor_us=m.floor_us,
+                                 fraction_of_copy_bandwidth=m.fraction_of_copy_bandwidth).model_dump()
+             for m in baseline.measurements}
+    return {**update, "baseline": baseline.model_dump(), "best": baseline.model_dump(), "front": front,
             "events": [say("load", f"{spec.name} {dtype} baseline: {times}", times=baseline.times())]}
 
 

@@ -1,9 +1,11 @@
 """planner: the next action from the measured facts, by the chat model or by rules.
 
-With a model, the decision is structured output (graph/state.py Decision) from the facts and
-the history. Without one, or when the model's answer stays unusable, the rules decide from the
-same facts: search the current template if it has not been searched, else stop; the same holds
-when the model does not answer at all (an outage mid-run). Spent budgets
+With a model (the planner role's), the decision is structured output (graph/state.py Decision)
+from the facts: the kernel's meaning and the GPU, each shape's time against its bytes floor and
+launch floor, the kernel that holds the most shapes, and what every earlier candidate tried
+and what it changed per shape. Without one, or when the model's answer stays unusable, the
+rules decide from the same facts: search the current template if it has not been searched, else
+stop; the same holds when the model does not answer at all (an outage mid-run). Spent budgets
 (planner rounds, wall time) stop the run whatever the model would say.
 """
 
@@ -16,11 +18,11 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Decision
 
-from astra_kernels.nodes.shared.attempts import template_key
+from astra_kernels.nodes.shared.attempts import history_text, holder, template_key
 from astra_kernels.nodes.shared.chat import (
-    MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt,
+    Asker, MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt,
 )
-from astra_kernels.nodes.shared.facts import describe, tried
+from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.progress import say
 
 
@@ -34,21 +36,26 @@ def rule_based(state: AgentState) -> Decision:
 def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     done = state.get("round", 0)
+    calls = []
     if done >= context.rounds:
         decision = Decision(action="stop", rationale=f"the budget of {context.rounds} planner rounds is spent")
     elif time.time() - state["started_at"] > context.wall_seconds:
         decision = Decision(action="stop", rationale=f"the wall-time budget of {context.wall_seconds:.0f} s is spent")
-    elif (model := make_chat_model(context)) is None:
+    elif (model := make_chat_model(context, "planner")) is None:
         decision = rule_based(state)
     else:
-        user = prompt("planner", kernel=state["kernel"], dtype=state["dtype"],
-                      shapes=", ".join(f"{s}" for s in state["shapes"]), facts=describe(state),
-                      tried=tried(state), round=str(done + 1), rounds=str(context.rounds))
+        best = holder(state)
+        tuned = "yes" if template_key(state["template"]) in state.get("tuned", []) else "no"
+        user = prompt("planner", facts=model_facts(state), tried=history_text(state), source=best.source,
+                      holder=f"candidate {best.id} ({best.origin})", tuned=tuned, round=str(done + 1),
+                      rounds=str(context.rounds), candidates=str(context.candidates))
+        asker = Asker(model, "planner", retries=context.max_retries)
         try:
-            decision = ask_structured(model, prompt("planner_system"), user, Decision)
+            decision = ask_structured(asker, prompt("planner_system"), user, Decision)
         except (MalformedAnswer, ModelUnavailable) as exc:
             decision = rule_based(state)
             decision.rationale = f"no usable plan from the model ({exc}); by the rules: {decision.rationale}"
+        calls = asker.calls
     line = say("planner", f"round {done + 1}: {decision.action}: {decision.rationale}", action=decision.action)
-    return {"decision": decision.model_dump(), "round": done + 1, "retries": 0, "candidate": None,
-            "events": [line]}
+    return {"decision": decision.model_dump(), "round": done + 1, "retries": 0, "candidate": None, "drafts": None,
+            "calls": calls, "events": [line]}

@@ -1,78 +1,186 @@
-"""reporter: the final kernel, its measurements against the baseline, and the path that led there.
+"""reporter: the run's result per shape, what it cost, and the files a user takes away.
 
-The report is part of the graph's output (so a parent graph or a notebook gets it), and, when the
-context names an output folder, written there as report.json, report.md and the best kernel.
+The result is the front: at each shape the fastest correct kernel measured there (the baseline,
+a tuned template at its configuration, or a rewrite), so it is a dispatch table over everything
+measured and no shape is slower than the baseline. The report is part of the graph's output (so
+a parent graph or a notebook gets it) and, when the context names an output folder, written
+there: report.json, report.md, each winning kernel as `kernels/candidate-N.cu`, `best.cu` when
+one kernel at one configuration serves every shape (`single_kernel`; else the report says the
+table is the result; `best` is the candidate holding the most shapes), and `dispatch.json` in `astra export`'s format when the table holds only the baseline
+and the suite's own template, which is what export builds.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, Decision
+from astra_kernels.graph.state import AgentState, Candidate, Decision, FrontEntry
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
 from astra_kernels.nodes.shared.progress import say
 
 
+def fixed_source(source: str, config: dict[str, int]) -> str:
+    """A template at one configuration: each parameter a constant (`//@ derive`), no default."""
+    for name, value in config.items():
+        source = re.sub(rf"^//@ param {name}:.*$", f"//@ derive {name} = {value}", source, flags=re.M)
+    return re.sub(r"^//@ default:.*\n", "", source, flags=re.M)
+
+
+def costs(state: AgentState) -> dict:
+    """Model requests and tokens per role, GPU seconds, wall time."""
+    roles: dict[str, dict] = {}
+    for call in state.get("calls", []):
+        role = roles.setdefault(call["role"], {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
+                                               "output_tokens": 0, "seconds": 0.0})
+        role["calls"] += 1
+        role["failed"] += call["outcome"] == "failed"
+        role["timed_out"] += call["outcome"] == "timed_out"
+        role["input_tokens"] += call.get("input_tokens") or 0
+        role["output_tokens"] += call.get("output_tokens") or 0
+        role["seconds"] = round(role["seconds"] + call["seconds"], 3)
+    started = state.get("started_at")
+    return {"models": roles, "gpu_seconds": round(state.get("gpu_seconds") or 0.0, 3),
+            "wall_seconds": round(time.time() - started, 1) if started else None}
+
+
 def build_report(state: AgentState) -> dict:
     baseline = Candidate.model_validate(state["baseline"]) if state.get("baseline") else None
-    best = Candidate.model_validate(state["best"]) if state.get("best") else None
+    front = {label: FrontEntry.model_validate(e) for label, e in (state.get("front") or {}).items()}
     rows, speedups = [], []
-    if baseline and best:
-        base_times = baseline.times()
-        for m in best.measurements:
-            base = base_times.get(m.label)
-            speedup = base / m.median_us if base and m.median_us else None
-            if speedup:
-                speedups.append(speedup)
-            rows.append({"shape": m.label, "baseline_us": base, "best_us": m.median_us, "speedup": speedup,
-                         "fraction_of_copy_bandwidth": m.fraction_of_copy_bandwidth,
-                         "config": best.configs.get(m.label) or m.config})
+    base_times = baseline.times() if baseline else {}
+    for label, entry in front.items():
+        base = base_times.get(label)
+        speedup = base / entry.median_us if base and entry.median_us else None
+        if speedup:
+            speedups.append(speedup)
+        rows.append({"shape": label, "baseline_us": base, "best_us": entry.median_us, "speedup": speedup,
+                     "candidate": entry.candidate, "origin": entry.origin, "config": entry.config,
+                     "fraction_of_copy_bandwidth": entry.fraction_of_copy_bandwidth})
+    known = {c["id"]: c for c in state.get("history", [])}
+    if baseline:
+        known[0] = state["baseline"]
+    winners = sorted({e.candidate for e in front.values()})
     decision = Decision.model_validate(state["decision"]) if state.get("decision") else None
+    single = _single_kernel(front, known)
+    best = Candidate.model_validate(state["best"]) if state.get("best") else None  # holds the most shapes
+    device = (state.get("gpu") or {}).get("device") or {}
     return {
         "kernel": state["kernel"], "dtype": state.get("dtype"),
+        "device": device.get("name", "unknown device"), "arch": device.get("arch", "?"),
+        "date": datetime.now(UTC).date().isoformat(),
         "stop_reason": state.get("stop_reason") or (decision.rationale if decision else ""),
-        "best": {"id": best.id, "origin": best.origin, "source": best.source} if best else None,
         "shapes": rows,
         "geomean_speedup": math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None,
+        "winners": [{"id": i, "origin": known[i]["origin"], "source": known[i]["source"],
+                     "shapes": [label for label, e in front.items() if e.candidate == i],
+                     "odd_shapes": known[i].get("odd_shapes", "")} for i in winners if i in known],
+        "best": ({"id": best.id, "origin": best.origin, "source": best.source} if best else None),
+        "single_kernel": single,
+        "exportable": _exportable(state["kernel"], front, known),
         "path": [{"id": c["id"], "origin": c["origin"], "verdict": c["verdict"],
                   "geomean_us": Candidate.model_validate(c).geomean_us(), "message": c["message"][:300]}
                  for c in state.get("history", [])],
+        "costs": costs(state),
         "events": state.get("events", []),
     }
+
+
+def _exportable(kernel: str, front: dict[str, FrontEntry], known: dict[int, dict]) -> bool:
+    """Whether every shape runs the baseline or the suite's own template (what export builds)."""
+    template = suite.load(kernel).template.source
+    return bool(front) and all(e.origin == "baseline" or (e.origin == "tune" and known.get(e.candidate, {})
+                                                          .get("source") == template) for e in front.values())
+
+
+def _single_kernel(front: dict[str, FrontEntry], known: dict[int, dict]) -> dict | None:
+    """The one kernel at one configuration that serves every shape, where there is one."""
+    holders = {(e.candidate, json.dumps(e.config, sort_keys=True)) for e in front.values()}
+    if len(holders) != 1:
+        return None
+    (candidate, config), = holders
+    record = known.get(candidate)
+    if record is None:
+        return None
+    return {"id": candidate, "origin": record["origin"], "source": fixed_source(record["source"], json.loads(config))}
 
 
 def render(report: dict) -> str:
     lines = [f"# {report['kernel']} ({report['dtype']}): the agent's result", ""]
     if report["geomean_speedup"]:
-        best = report["best"]
-        lines += [f"Best: candidate {best['id']} ({best['origin']}), geometric-mean speedup over the baseline "
-                  f"{report['geomean_speedup']:.3f}.", ""]
-    lines += ["| shape | baseline us | best us | speedup | fraction of copy bandwidth |", "|---|---|---|---|---|"]
+        lines += [f"Geometric-mean speedup over the baseline {report['geomean_speedup']:.3f}, each shape served "
+                  "by the fastest correct kernel measured there.", ""]
+    if report["single_kernel"]:
+        single = report["single_kernel"]
+        lines += [f"One kernel serves every shape: candidate {single['id']} ({single['origin']}), in best.cu.", ""]
+    elif len(report["winners"]) > 1 or any(r["config"] for r in report["shapes"]):
+        lines += ["The result is a dispatch table: different kernels or configurations win different shapes "
+                  "(the table below; the kernels in kernels/). "
+                  + ("`astra export OUT` builds it into one .cu file with a launcher." if report["exportable"] else
+                     "`astra export` builds tables of the suite's template only; the rewrites here are "
+                     "separate kernels."), ""]
+    lines += ["| shape | baseline us | best us | speedup | kernel | configuration | fraction of copy bandwidth |",
+              "|---|---|---|---|---|---|---|"]
     for r in report["shapes"]:
         fmt = (lambda v, d=2: f"{v:.{d}f}" if v else "—")
+        config = ", ".join(f"{k}={v}" for k, v in r["config"].items()) or "—"
         lines.append(f"| {r['shape']} | {fmt(r['baseline_us'])} | {fmt(r['best_us'])} | {fmt(r['speedup'], 3)} | "
-                     f"{fmt(r['fraction_of_copy_bandwidth'])} |")
-    lines += ["", f"Stopped: {report['stop_reason']}", "", "## The path", ""]
+                     f"{r['candidate']} ({r['origin']}) | {config} | {fmt(r['fraction_of_copy_bandwidth'])} |")
+    untested = [w for w in report["winners"] if w["odd_shapes"] == "unmeasured"]
+    if untested:
+        lines += ["", "Serving only the tested shapes: the odd shapes of candidates "
+                  + ", ".join(str(w["id"]) for w in untested) + " were not measured (the recording lacks them)."]
+    cost = report["costs"]
+    lines += ["", f"Stopped: {report['stop_reason']}", "", "## Cost", ""]
+    for role, c in cost["models"].items():
+        lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out), "
+                     f"{c['input_tokens']} tokens in, {c['output_tokens']} out, {c['seconds']:.1f} s")
+    lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of evaluations and searches (a replay: the recorded "
+                 f"evaluations' time); wall time {cost['wall_seconds']} s")
+    lines += ["", "## The path", ""]
     lines += [f"- candidate {p['id']} ({p['origin']}): {p['verdict']}"
-              + (f", {p['geomean_us']:.2f} us" if p["geomean_us"] else "") for p in report["path"]]
+              + (f", {p['geomean_us']:.2f} us" if p["geomean_us"] else "")
+              + (f": {p['message'].splitlines()[0][:200]}" if p["message"] else "") for p in report["path"]]
     lines += ["", "## Events", ""] + [f"- {e}" for e in report["events"]]
     return "\n".join(lines) + "\n"
+
+
+def dispatch_table(state: AgentState) -> DispatchTable | None:
+    """The front in `astra export`'s format, when it holds only the baseline and the suite's template."""
+    spec = suite.load(state["kernel"]).spec
+    entries = []
+    for shape in state["shapes"]:
+        entry = FrontEntry.model_validate(state["front"][spec.label(shape)])
+        entries.append(DispatchEntry(shape=shape, config=entry.config, median_us=entry.median_us,
+                                     source="baseline" if entry.origin == "baseline" else "template"))
+    return DispatchTable(kernel=state["kernel"], dtype=state["dtype"], variant="default", entries=entries)
 
 
 def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     built = build_report(state)
     if runtime.context.out:
         out = Path(runtime.context.out)
-        out.mkdir(parents=True, exist_ok=True)
+        (out / "kernels").mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(built, indent=2))
         (out / "report.md").write_text(render(built))
-        if built["best"]:
-            (out / "best.cu").write_text(built["best"]["source"])
+        for winner in built["winners"]:
+            (out / "kernels" / f"candidate-{winner['id']}.cu").write_text(winner["source"])
+        stale = out / "best.cu"
+        if built["single_kernel"]:
+            stale.write_text(built["single_kernel"]["source"])
+        elif stale.exists():
+            stale.unlink()  # an earlier run's best.cu would pass for this run's result
+        if built["exportable"] and state.get("front"):
+            (out / "dispatch.json").write_text(dispatch_table(state).model_dump_json(indent=2))
     geo = built["geomean_speedup"]
     line = say("reporter", f"done: {built['stop_reason']}" + (f"; {geo:.3f}x over the baseline" if geo else ""))
     return {"report": built, "stop_reason": built["stop_reason"], "events": [line]}

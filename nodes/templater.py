@@ -1,45 +1,66 @@
 """templater: the chat model refactors the kernel into a template (the two-stage tuner's move).
 
-The answer is parsed (undefined names, empty spaces and malformed constraints are errors naming
-the line) and its default configuration compiled at the first shape before it is accepted as the
-template the tuner searches next; a failure is fed back on the next try. That compile runs
-in a child process under a deadline: the model's code may take NVRTC forever (constexpr loops),
-and the agent must not hang on it.
+It is shown the kernel that holds the most shapes, the template the tuner searched last with the
+configurations it found and how its space was pruned, and the facts. The answer is parsed
+(undefined names, empty spaces and malformed constraints are errors naming the line) and its
+default configuration compiled at the first shape before it becomes the template the tuner
+searches next. A failure, here or a search in which no configuration was correct at some
+shape (with sample errors), is asked to be fixed in the same conversation. That compile runs
+in a child process under a deadline: the model's code may take NVRTC forever (constexpr
+loops), and the agent must not hang on it.
 """
 
 from __future__ import annotations
 
+from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.errors import AstraError, CompileError
-from astra_kernels.tools.templating.template import Exclusion
-
-from astra_kernels.nodes.shared.chat import ask_code, make_chat_model, prompt
-from astra_kernels.nodes.shared.facts import describe
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
-from astra_kernels.nodes.shared.attempts import failed, feedback, next_id
+from astra_kernels.tools.templating.template import Exclusion
+from astra_kernels.tools.toolchain.compiler import compile_source
+
+from astra_kernels.nodes.shared.attempts import failed, holder, next_id, repair_request, template_key
+from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt, to_messages
+from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
 
 
+def searched(state: AgentState) -> str:
+    """The template searched last, what the search found per shape and how its space was pruned."""
+    tuning = state.get("tuning")
+    if not tuning or tuning.get("source_key") != template_key(state["template"]):
+        return "The current template (not searched yet in this run):\n```cuda\n" + state["template"] + "```\n"
+    configs = "\n".join(f"- {label}: {config}" for label, config in tuning["configs"].items())
+    return (f"The template the tuner searched last:\n```cuda\n{state['template']}```\n"
+            f"The best configuration it found per shape:\n{configs}\nIts space per shape:\n{tuning['space']}\n")
+
 
 def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
-    model = make_chat_model(context)
+    asker = Asker(make_chat_model(context, "coder"), "coder", retries=context.max_retries)
     decision = Decision.model_validate(state["decision"])
-    best = Candidate.model_validate(state["best"])
     folder = suite.load(state["kernel"])
-    user = prompt("templater", format=(suite.SUITE_DIR / "FORMAT.md").read_text(), source=best.source,
-                  facts=describe(state), optimizations="\n".join(f"- {o}" for o in decision.optimizations) or "-",
-                  feedback=feedback(state))
-    candidate = Candidate(id=next_id(state), origin="template", source="")
+    previous = state.get("candidate")
+    if previous and previous.get("conversation") and previous["verdict"] in ("invalid", "compile_error", "incorrect"):
+        previous = Candidate.model_validate(previous)
+        messages = to_messages(previous.conversation) + [HumanMessage(repair_request(previous))]
+    else:
+        best = holder(state)
+        user = prompt("templater", format=(suite.SUITE_DIR / "FORMAT.md").read_text(), source=best.source,
+                      searched=searched(state), facts=model_facts(state),
+                      optimizations="\n".join(f"- {o}" for o in decision.optimizations) or "-")
+        messages = [SystemMessage(prompt("generator_system")), HumanMessage(user)]
+    candidate = Candidate(id=next_id(state), origin="template", source="", idea=decision.optimizations,
+                          conversation=from_messages(messages))
     try:
-        code, words = ask_code(model, prompt("generator_system"), user)
-        candidate = candidate.model_copy(update={"source": code, "rationale": words[:2000]})
+        code, words, conversation = ask_code(asker, messages)
+        candidate = candidate.model_copy(update={"source": code, "rationale": words[:2000],
+                                                 "conversation": from_messages(conversation)})
         template = parse_candidate(state["kernel"], code)
         if not template.parameters:
             raise AstraError("the template declares no //@ param: there is nothing to search")
@@ -51,10 +72,12 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         options = instance.compile_options(suite.base_options(state["dtype"], folder.spec.variants["default"], None))
         compile_source(code, options, timeout_s=COMPILE_TIMEOUT_S)
     except CompileError as exc:
-        return failed(state, candidate.model_copy(update={"verdict": "compile_error", "message": str(exc)}), "templater")
+        return {**failed(state, candidate.model_copy(update={"verdict": "compile_error", "message": str(exc)}),
+                         "templater"), "calls": asker.calls}
     except AstraError as exc:  # an unusable answer, a malformed template, an excluded default
-        return failed(state, candidate.model_copy(update={"verdict": "invalid", "message": str(exc)}), "templater")
+        return {**failed(state, candidate.model_copy(update={"verdict": "invalid", "message": str(exc)}),
+                         "templater"), "calls": asker.calls}
     candidate = candidate.model_copy(update={"verdict": "passed"})
     line = say("templater", f"candidate {candidate.id}: a template of {len(template.parameters)} parameters, "
                             f"{template.size()} configurations before constraints")
-    return {"candidate": candidate.model_dump(), "template": code, "events": [line]}
+    return {"candidate": candidate.model_dump(), "template": code, "events": [line], "calls": asker.calls}

@@ -1,7 +1,10 @@
-"""tester: compile, then correctness at every shape, through the evaluation worker.
+"""tester: the round's new rewrites compiled in parallel, then checked and timed one by one.
 
-A failure keeps the candidate (its message names the shape and the largest differences, or
-holds the compile log) for the generator's next attempt, and counts against the retries.
+Each candidate is checked and timed at every shape of the run in one evaluation per shape
+(shared/measure.py), then, when correct there, checked at the kernel's `odd` shapes (widths
+that are not multiples of a vector, a single token), which the run does not time but a kernel
+dropped into SGLang will meet. A failure keeps the candidate, its message naming the shape and
+the largest differences or holding the compile log, for its repair; it goes into the history.
 """
 
 from __future__ import annotations
@@ -10,16 +13,58 @@ from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
+from astra_kernels.kernels_sglang import suite
 
-from astra_kernels.nodes.shared.attempts import failed
-from astra_kernels.nodes.shared.measure import evaluate
+from astra_kernels.nodes.shared.attempts import first_line
+from astra_kernels.nodes.shared.measure import evaluate, precompile
 from astra_kernels.nodes.shared.progress import say
 
 
+def odd_shapes(context, state: AgentState, candidate: Candidate) -> Candidate:
+    """The candidate with `odd_shapes` set: "passed", "unmeasured" (a replay without them), or
+    the failure, which makes the candidate incorrect."""
+    spec = suite.load(state["kernel"]).spec
+    run_labels = {spec.label(s) for s in state["shapes"]}
+    odd = [s for s in spec.shapes.get("odd", []) if spec.label(s) not in run_labels]
+    if not odd:
+        return candidate
+    checked = evaluate(context, state["kernel"], state["dtype"], odd, candidate.model_copy(update={"configs": {}}),
+                       time=False)
+    update = {"gpu_seconds": checked.gpu_seconds}
+    excluded = [m.label for m in checked.measurements if m.status == "excluded"]
+    if checked.verdict == "passed":
+        update["odd_shapes"] = "passed" + (f" (excludes {', '.join(excluded)}: another kernel serves them)"
+                                           if excluded else "")
+    elif checked.verdict == "invalid" and len(excluded) == len(odd):
+        update["odd_shapes"] = "excluded (another kernel serves them)"
+    elif checked.verdict == "unmeasured":
+        update["odd_shapes"] = "unmeasured"
+    else:
+        update.update(verdict=checked.verdict, odd_shapes=f"failed {checked.message[:300]}",
+                      message=f"(an odd shape, not timed) {checked.message}")
+    return candidate.model_copy(update=update)
+
+
 def test(state: AgentState, runtime: Runtime[RunContext]) -> dict:
-    candidate = Candidate.model_validate(state["candidate"])
-    tested = evaluate(runtime.context, state["kernel"], state["dtype"], state["shapes"], candidate, time=False)
-    if tested.verdict != "passed":
-        return failed(state, tested, "tester")
-    line = say("tester", f"candidate {tested.id} is correct at all {len(state['shapes'])} shapes")
-    return {"candidate": tested.model_dump(), "events": [line]}
+    context = runtime.context
+    pending = [Candidate.model_validate(d) for d in state.get("drafts", []) if d["verdict"] == "pending"]
+    precompile(context, state["kernel"], state["dtype"], state["shapes"], pending)
+    tested, failed_ones, lines, seconds = [], [], [], 0.0
+    for candidate in pending:
+        before = candidate.gpu_seconds
+        candidate = evaluate(context, state["kernel"], state["dtype"], state["shapes"], candidate)
+        if candidate.verdict == "passed":
+            candidate = odd_shapes(context, state, candidate)
+        seconds += candidate.gpu_seconds - before
+        tested.append(candidate)
+        if candidate.verdict == "passed":
+            lines.append(say("tester", f"candidate {candidate.id} is correct at all {len(state['shapes'])} shapes"
+                                       + ("" if candidate.odd_shapes in ("", "passed") else
+                                          f" (odd shapes {candidate.odd_shapes})")))
+        elif candidate.verdict == "unmeasured":
+            lines.append(say("tester", f"candidate {candidate.id} is unmeasured: {first_line(candidate.message)}"))
+        else:
+            failed_ones.append(candidate)
+            lines.append(say("tester", f"candidate {candidate.id} {candidate.verdict}: {first_line(candidate.message)}"))
+    history = [c.model_copy(update={"conversation": []}).model_dump() for c in failed_ones]
+    return {"drafts": [c.model_dump() for c in tested], "history": history, "events": lines, "gpu_seconds": seconds}

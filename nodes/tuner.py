@@ -2,12 +2,16 @@
 
 The template is the suite's, or the one the templater wrote. Every configuration the search
 keeps passed the correctness checks at its shape, so the result goes straight to the profiler
-as a candidate whose configuration differs per shape (its dispatch table).
+as a candidate whose configuration differs per shape (its dispatch table). A template of the
+model's with no correct configuration at some shape goes back to the templater with sample
+errors from its configurations; the search's space and pruning figures are kept for the
+templater's next prompt. The search takes no more than the run's wall time has left.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from langgraph.runtime import Runtime
 
@@ -46,9 +50,13 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
 
     # A model's template may compile for ever at some parameter values; the suite's own never does.
     deadline = None if source == suite.load(state["kernel"]).template.source else COMPILE_TIMEOUT_S
+    left = context.wall_seconds - (time.time() - state["started_at"])
+    seconds = max(1.0, min(context.tune_seconds, left))
+    started = time.monotonic()
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
-                         budget=Budget(seconds=context.tune_seconds / len(shapes)), sample=context.tune_sample,
+                         budget=Budget(seconds=seconds / len(shapes)), sample=context.tune_sample,
                          progress=progress, compile_timeout_s=deadline, compiling=compiling)
+    searched_s = time.monotonic() - started  # the search's evaluations, for the run's GPU time
     measurements, configs = [], {}
     for shaped in report.shapes:
         best, best_us = shaped.search.best_config, shaped.search.best_us
@@ -57,18 +65,56 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             best, best_us = entry.config, entry.median_us  # another shape's winner can be faster here
         trial = next((t for t in shaped.search.trials if t.config == best), None)
         configs[shaped.label] = best or {}
+        unrecorded = bool(shaped.search.trials) and all(t.status == "unrecorded" for t in shaped.search.trials)
         measurements.append(ShapeMeasurement(
-            label=shaped.label, status="ok" if best else "incorrect", config=best or {},
-            median_us=best_us, message="" if best else "no configuration was correct here",
-            fraction_of_copy_bandwidth=trial.fraction_of_copy_bandwidth if trial else None))
+            label=shaped.label, status="ok" if best else ("unrecorded" if unrecorded else "incorrect"),
+            config=best or {}, median_us=best_us, message="" if best else sample_errors(shaped),
+            fraction_of_copy_bandwidth=trial.fraction_of_copy_bandwidth if trial else None,
+            floor_us=state["front"].get(shaped.label, {}).get("floor_us")))
     measured = sum(t.status != "unrecorded" for s in report.shapes for t in s.search.trials)
+    template = state.get("candidate") or {}
     candidate = Candidate(id=next_id(state), origin="tune", source=source, configs=configs, measurements=measurements,
-                          rationale=f"{report.strategy} search, {measured} evaluations")
+                          rationale=f"{report.strategy} search, {measured} evaluations", idea=template.get("idea", []),
+                          conversation=template.get("conversation", []) if template.get("source") == source else [],
+                          message=space_summary(report))
     tuned = [*state.get("tuned", []), template_key(source)]
-    if any(m.status != "ok" for m in measurements):
-        bad = next(m for m in measurements if m.status != "ok")
-        return {**failed(state, candidate.model_copy(update={"verdict": "incorrect",
-                                                               "message": f"at shape {bad.label}: {bad.message}"}),
-                         "tuner"), "tuned": tuned}
+    bad = next((m for m in measurements if m.status == "incorrect"), None)
+    if bad is not None:
+        message = f"no configuration was correct at shape {bad.label}; {bad.message}"
+        return {**failed(state, candidate.model_copy(update={"verdict": "incorrect", "message": message}), "tuner"),
+                "tuned": tuned, "gpu_seconds": searched_s}
+    if any(m.status == "unrecorded" for m in measurements):
+        candidate = candidate.model_copy(update={"verdict": "unmeasured", "message": (
+            "the recording has no measurement of this template at "
+            + ", ".join(m.label for m in measurements if m.status == "unrecorded"))})
+        line = say("tuner", f"candidate {candidate.id} is unmeasured: {candidate.message}")
+        return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
+                "tuned": tuned, "events": [line], "gpu_seconds": searched_s}
+    candidate = candidate.model_copy(update={"verdict": "passed"})
     line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; geometric mean {candidate.geomean_us():.2f} us")
-    return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line]}
+    return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line], "gpu_seconds": searched_s,
+            "tuning": {"source_key": template_key(source), "space": candidate.message, "configs": configs}}
+
+
+def sample_errors(shaped, samples: int = 4) -> str:
+    """Why the search found nothing correct at one shape: a few configurations' own errors."""
+    failed = [t for t in shaped.search.trials if t.status not in ("ok", "unrecorded")]
+    if not failed:
+        return (f"no configuration was left to measure: {shaped.space_total} in the space, "
+                f"{shaped.space_after_constraints} after constraints, {shaped.space_after_compile} compiled; "
+                f"pruned: {'; '.join(f'{r} ({n})' for r, n in shaped.pruned_reasons) or 'nothing'}")
+    lines = [f"{len(failed)} configurations failed; for example:"]
+    lines += [f"- {t.config}: {t.status}: {t.message[:600]}" for t in failed[:samples]]
+    return "\n".join(lines)
+
+
+def space_summary(report) -> str:
+    """The searched space per shape, for the templater's next prompt: sizes after each pruning
+    step and the most common reasons."""
+    lines = []
+    for s in report.shapes:
+        reasons = "; ".join(f"{r} ({n})" for r, n in s.pruned_reasons[:4]) or "none"
+        lines.append(f"- {s.label}: {s.space_total} configurations, {s.space_after_constraints} after constraints, "
+                     f"{s.space_after_compile} compiled, {s.space_candidates} within the hardware's limits; "
+                     f"pruned for: {reasons}")
+    return "\n".join(lines)

@@ -1,16 +1,18 @@
 """The chat model: built from the run context, checked before any GPU work, asked for JSON or code.
 
 Any LangChain chat model works. `openai:NAME` (the default family) is built with
-langchain-openai, which also reaches OpenAI-compatible servers through `base_url`; its client
-retries 429 and 5xx answers and timeouts with exponential backoff (`max_retries`), under an
-explicit per-request `timeout_s`. Other providers go through `langchain.chat_models.init_chat_model`
+langchain-openai, which also reaches OpenAI-compatible servers through `base_url`. Each role
+(planner, coder) may have its own model and settings, and every answer has an output-token cap.
+`Asker` retries 429, 5xx and dropped connections with exponential backoff (`max_retries`); a
+request that outlives `timeout_s` is a failed answer, not retried (the server would still be
+generating the abandoned one), and every request is recorded for the report's costs. Other providers go through `langchain.chat_models.init_chat_model`
 when the `langchain` package is installed.
 
-Answers are parsed here rather than through provider-specific structured-output modes, so the
-same code serves OpenAI, a local vLLM and a scripted test model: the prompt carries the JSON
-schema, the answer is validated with pydantic, and a malformed answer gets exactly one repair
-request quoting the error before it counts as a failed candidate. Model output is only ever
-parsed or compiled, never run by a shell or `eval`.
+Plans are asked with the JSON schema in the prompt and, where the provider has one, as its
+structured-output format; every answer is read by the lenient parsers of answers.py (real
+models quote old code, think aloud, label fences as they like), validated with pydantic, and a
+malformed answer gets exactly one repair request quoting the error before it counts as a failed
+candidate. Model output is only ever parsed or compiled, never run by a shell or `eval`.
 
 A request that fails for good (an outage, a rate limit or timeout that outlasted the client's
 retries, a body that is not a chat completion) mid-run is `ModelUnavailable`: the nodes record it
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import time
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,8 +33,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, SecretStr, ValidationError
 
+from astra_kernels.graph.state import Message, ModelCall
 from astra_kernels.redaction import redact
 from astra_kernels.tools.errors import AstraError
+
+from . import answers
 
 PROMPTS = Path(__file__).parents[1] / "prompts"
 # The providers `init_chat_model` knows (its documentation's list), each with the integration
@@ -59,7 +64,11 @@ class MalformedAnswer(AstraError):
 
 
 class ModelUnavailable(AstraError):
-    """A request to the model failed after the client's own retries; the run goes on without it."""
+    """A request to the model failed after the retries; the run goes on without it."""
+
+
+class ModelTimedOut(ModelUnavailable):
+    """A request outlived its timeout: a failed answer, never sent again."""
 
 
 def _endpoint(context) -> str:
@@ -78,32 +87,61 @@ def prompt(name: str, **values: str) -> str:
     return text
 
 
-def make_chat_model(context) -> BaseChatModel | None:
-    """The context's model object, or one built from `model` and `base_url`; None for no model."""
-    if context.chat_model is not None:
-        return context.chat_model
-    if not context.model:
+def role_settings(context, role: str) -> dict:
+    """The model and settings of one role ("planner" or "coder"): its own where set, else the run's."""
+    def own(name):
+        return getattr(context, f"{role}_{name}", None)
+
+    return {"model": own("model") or context.model,
+            "temperature": own("temperature") if own("temperature") is not None else context.temperature,
+            "reasoning_effort": own("reasoning_effort") or context.reasoning_effort,
+            "max_tokens": own("max_tokens")}
+
+
+def has_model(context, role: str = "coder") -> bool:
+    """Whether the role has a model, without building one."""
+    return bool(getattr(context, f"{role}_chat_model", None) or context.chat_model
+                or role_settings(context, role)["model"])
+
+
+def make_chat_model(context, role: str = "coder") -> BaseChatModel | None:
+    """The role's model object (`planner_chat_model`, `coder_chat_model`, else `chat_model`), or
+    one built from the role's settings; None for no model.
+
+    Built models carry the role's output-token cap and no client-side retries: `Asker` retries
+    429, 5xx and connection errors itself and counts a timeout as a failed answer (the openai
+    client would resend a timed-out request while the server still generates the first)."""
+    given = getattr(context, f"{role}_chat_model", None) or context.chat_model
+    if given is not None:
+        return given
+    settings = role_settings(context, role)
+    spelled = settings["model"]
+    if not spelled:
         return None
-    provider, _, name = context.model.partition(":")
+    provider, _, name = spelled.partition(":")
     if not name:
-        raise ModelConfigError(f"model {context.model!r} is not provider:name (for example openai:o4-mini)")
+        raise ModelConfigError(f"model {spelled!r} is not provider:name (for example openai:o4-mini)")
     if provider == "openai":
         from langchain_openai import ChatOpenAI
 
-        kwargs = {"model": name, "timeout": context.timeout_s, "max_retries": context.max_retries}
+        kwargs = {"model": name, "timeout": context.timeout_s, "max_retries": 0}
+        if settings["max_tokens"]:
+            kwargs["max_tokens"] = settings["max_tokens"]
         if context.base_url:
             kwargs["base_url"] = context.base_url
+            if settings["max_tokens"]:  # the client sends max_completion_tokens, which some servers ignore
+                kwargs["extra_body"] = {"max_tokens": settings["max_tokens"]}
             kwargs.setdefault("api_key", os.environ.get("OPENAI_API_KEY") or "not-needed")
-        if context.temperature is not None:
-            kwargs["temperature"] = context.temperature
-        if context.reasoning_effort:
-            kwargs["reasoning_effort"] = context.reasoning_effort
+        if settings["temperature"] is not None:
+            kwargs["temperature"] = settings["temperature"]
+        if settings["reasoning_effort"]:
+            kwargs["reasoning_effort"] = settings["reasoning_effort"]
         try:
             return ChatOpenAI(**kwargs)
         except Exception as exc:  # a missing key, an invalid option: the user must fix the configuration
-            raise ModelConfigError(f"cannot build {context.model}: {exc}") from exc
+            raise ModelConfigError(f"cannot build {spelled}: {exc}") from exc
     if provider not in PROVIDERS:
-        raise ModelConfigError(f"unknown model provider {provider!r} in {context.model!r}; known: "
+        raise ModelConfigError(f"unknown model provider {provider!r} in {spelled!r}; known: "
                                f"{', '.join(sorted(PROVIDERS))} (each as provider:name)")
     try:
         from langchain.chat_models import init_chat_model
@@ -111,8 +149,8 @@ def make_chat_model(context) -> BaseChatModel | None:
         raise ModelConfigError(
             f"provider {provider!r} needs `pip install langchain {PROVIDERS[provider]}`; openai:NAME works "
             "with what is installed") from None
-    return init_chat_model(context.model, base_url=context.base_url, timeout=context.timeout_s,
-                           max_retries=context.max_retries)
+    extra = {k: settings[k] for k in ("temperature", "reasoning_effort", "max_tokens") if settings[k] is not None}
+    return init_chat_model(spelled, base_url=context.base_url, timeout=context.timeout_s, max_retries=0, **extra)
 
 
 def preflight(model: BaseChatModel, context) -> None:
@@ -131,53 +169,111 @@ def _text(message: BaseMessage) -> str:
     return str(content)
 
 
-_FENCE = re.compile(r"```(?:[a-zA-Z+]*)\n(.*?)```", re.DOTALL)
+def to_messages(conversation: list[Message]) -> list[BaseMessage]:
+    """A stored conversation as LangChain messages."""
+    kinds = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
+    return [kinds[m.role](m.content) for m in conversation]
 
 
-def _json_object(text: str) -> dict:
-    for block in _FENCE.findall(text) or [text]:
-        start, end = block.find("{"), block.rfind("}")
-        if start != -1 and end > start:
-            return json.loads(block[start:end + 1])
-    raise ValueError("no JSON object in the answer")
+def from_messages(messages: list[BaseMessage]) -> list[Message]:
+    """LangChain messages as a conversation the state can hold (plain JSON in checkpoints)."""
+    roles = {"system": "system", "human": "user", "ai": "assistant"}
+    return [Message(role=roles[m.type], content=_text(m)) for m in messages]
 
 
-def ask_structured(model: BaseChatModel, system: str, user: str, schema: type[Schema]) -> Schema:
-    """An instance of `schema` from the model's answer, with one repair request."""
+class Asker:
+    """Asks one role's model and accounts for every request: the run's costs per role come from
+    these records, and a request that failed is recorded as failed, not forgotten."""
+
+    def __init__(self, model: BaseChatModel, role: str, retries: int = 4, backoff_s: float = 1.0):
+        self.model, self.role, self.retries, self.backoff_s = model, role, retries, backoff_s
+        self.calls: list[dict] = []
+
+    def invoke(self, messages: list[BaseMessage], **bind) -> BaseMessage:
+        """The model's answer, or ModelUnavailable (ModelTimedOut for a timeout) saying why there
+        is none. Any exception counts: providers raise their own types, and a non-chat body
+        surfaces as ValueError or TypeError."""
+        runnable = self.model.bind(**bind) if bind else self.model
+        for attempt in range(self.retries + 1):
+            started = time.monotonic()
+            try:
+                answer = runnable.invoke(messages)
+            except Exception as exc:
+                kind = _failure_kind(exc)
+                self._record(started, "timed_out" if kind == "timeout" else "failed")
+                text = redact(f"the chat model did not answer: {type(exc).__name__}: {exc}", *_keys(self.model))[:600]
+                if kind == "timeout":
+                    raise ModelTimedOut(text) from exc
+                if kind != "transient" or attempt == self.retries:
+                    raise ModelUnavailable(text) from exc
+                time.sleep(min(self.backoff_s * 2 ** attempt, 30.0))
+                continue
+            usage = getattr(answer, "usage_metadata", None) or {}
+            self._record(started, "answered", usage.get("input_tokens"), usage.get("output_tokens"))
+            return answer
+        raise AssertionError("unreachable")
+
+    def _record(self, started: float, outcome: str, tokens_in=None, tokens_out=None) -> None:
+        self.calls.append(ModelCall(role=self.role, seconds=round(time.monotonic() - started, 3), outcome=outcome,
+                                    input_tokens=tokens_in, output_tokens=tokens_out).model_dump())
+
+
+def _failure_kind(exc: Exception) -> str:
+    """"timeout", "transient" (429, 5xx, a dropped connection: worth another try) or "final".
+    Integrations wrap the client's errors (langchain-openai's OpenAIRateLimitError), so the
+    error's cause is read too."""
+    if exc.__cause__ is not None and _failure_kind(exc.__cause__) != "final":
+        return _failure_kind(exc.__cause__)
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if any("RateLimit" in name for name in names):
+        return "transient"
+    if names & {"APITimeoutError", "TimeoutException", "ReadTimeout", "TimeoutError"}:
+        return "timeout"
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return "transient" if status == 429 or status >= 500 else "final"
+    if names & {"APIConnectionError", "ConnectError", "ConnectionError", "RemoteProtocolError"}:
+        return "transient"
+    return "final"
+
+
+def ask_structured(asker: Asker, system: str, user: str, schema: type[Schema]) -> Schema:
+    """An instance of `schema` from the model's answer, with one repair request.
+
+    An OpenAI-compatible model is asked for the schema as its response format (OpenAI's
+    `json_schema`; vLLM's and llama.cpp's servers constrain their decoding to it); a server that
+    refuses the option (HTTP 400) is asked again without it. The lenient parser reads every
+    answer either way, so a model that ignores the format still works."""
     instructions = (f"{system}\n\nAnswer with one JSON object that matches this JSON schema, and "
                     f"nothing else:\n{json.dumps(schema.model_json_schema())}")
     messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(user)]
-    return _with_repair(model, messages, lambda text: schema.model_validate(_json_object(text)),
-                        "Answer again with only the JSON object, matching the schema")
+    again = "Answer again with only the JSON object, matching the schema"
+
+    def parse(text: str) -> Schema:
+        return answers.extract_json(text, schema)
+
+    if type(asker.model).__name__ in ("ChatOpenAI", "AzureChatOpenAI"):
+        bind = {"response_format": {"type": "json_schema", "json_schema": {
+            "name": schema.__name__, "schema": schema.model_json_schema(), "strict": False}}}
+        try:
+            return _with_repair(asker, messages, parse, again, bind)[0]
+        except ModelUnavailable as exc:
+            if isinstance(exc, ModelTimedOut) or "400" not in str(exc):
+                raise
+    return _with_repair(asker, messages, parse, again)[0]
 
 
-def ask_code(model: BaseChatModel, system: str, user: str) -> tuple[str, str]:
-    """(the code of the answer's ```cuda block, the text around it), with one repair request."""
-    messages: list[BaseMessage] = [SystemMessage(system), HumanMessage(user)]
-
-    def parse(text: str) -> tuple[str, str]:
-        blocks = [b for b in re.findall(r"```(?:cuda|cpp|c\+\+|c)?\n(.*?)```", text, re.DOTALL) if b.strip()]
-        if not blocks:
-            raise ValueError("no ```cuda code block in the answer")
-        code = max(blocks, key=len)
-        return code, _FENCE.sub("", text).strip()
-
-    return _with_repair(model, messages, parse, "Answer again with the whole kernel in one ```cuda block")
+def ask_code(asker: Asker, messages: list[BaseMessage]) -> tuple[str, str, list[BaseMessage]]:
+    """(the kernel's code, the text around it, the conversation including the answer), with one
+    repair request in the same conversation."""
+    (code, words), conversation = _with_repair(asker, messages, answers.extract_code,
+                                               "Answer again with the whole kernel in one ```cuda block")
+    return code, words, conversation
 
 
 def _keys(model: BaseChatModel) -> list[str]:
     """The secrets a model object holds (a key passed to it rather than through the environment)."""
     return [v.get_secret_value() for v in vars(model).values() if isinstance(v, SecretStr)]
-
-
-def _invoke(model: BaseChatModel, messages: list[BaseMessage]) -> BaseMessage:
-    """The model's answer, or ModelUnavailable saying why there is none. Any exception counts:
-    providers raise their own types, and a non-chat body surfaces as ValueError or TypeError."""
-    try:
-        return model.invoke(messages)
-    except Exception as exc:
-        text = redact(f"the chat model did not answer: {type(exc).__name__}: {exc}", *_keys(model))
-        raise ModelUnavailable(text[:600]) from exc
 
 
 def _why(error: Exception, answer: BaseMessage) -> str:
@@ -189,15 +285,16 @@ def _why(error: Exception, answer: BaseMessage) -> str:
     return why
 
 
-def _with_repair(model, messages, parse, ask_again: str):
-    answer = _invoke(model, messages)
+def _with_repair(asker: Asker, messages: list[BaseMessage], parse, ask_again: str, bind: dict | None = None):
+    """(what `parse` made of the answer, the conversation including the answer used)."""
+    answer = asker.invoke(messages, **(bind or {}))
     try:
-        return parse(_text(answer))
+        return parse(_text(answer)), messages + [AIMessage(_text(answer))]
     except (ValueError, ValidationError, json.JSONDecodeError) as first:
         repair = messages + [AIMessage(_text(answer)),
                              HumanMessage(f"That answer could not be used: {_why(first, answer)}. {ask_again}.")]
-        second = _invoke(model, repair)
+        second = asker.invoke(repair, **(bind or {}))
         try:
-            return parse(_text(second))
+            return parse(_text(second)), repair + [AIMessage(_text(second))]
         except (ValueError, ValidationError, json.JSONDecodeError) as exc:
             raise MalformedAnswer(f"the answer was unusable twice: {_why(exc, second)[:400]}") from exc

@@ -20,7 +20,10 @@ from astra_kernels.kernels_sglang import recordings, suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.measuring.probes import empty_request
+from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
 from astra_kernels.tools.search.runner import StoredEvaluator
+from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
 
 from astra_kernels.graph.state import Candidate, ShapeMeasurement
@@ -88,51 +91,110 @@ def parse_candidate(kernel: str, source: str) -> Template:
     return parse_template(source, "candidate.cu", suite.template_symbols(suite.load(kernel).spec))
 
 
-def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate, *,
-             check: bool = True, time: bool = True) -> Candidate:
-    """The candidate measured at every shape (its `configs`, else its template's default)."""
+def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate):
+    """(the template, and per shape: its label, configuration, and request or Exclusion)."""
     folder = suite.load(kernel)
-    run = stored_evaluator(context, kernel)
-    sms = run.worker.device.get("multiprocessors", suite.DEFAULT_SMS)
-    arch = run.worker.device.get("arch")
+    worker = stored_evaluator(context, kernel).worker
+    sms = worker.device.get("multiprocessors", suite.DEFAULT_SMS)
+    arch = worker.device.get("arch")
     if candidate.origin == "baseline":
         which, template = "baseline", folder.baseline
     else:
-        which = "template"
-        try:
-            template = parse_candidate(kernel, candidate.source)
-        except TemplateError as exc:
-            return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
+        which, template = "template", parse_candidate(kernel, candidate.source)
         folder = dataclasses.replace(folder, template=template)
-    measurements, first = [], None
+    planned = []
     for shape in shapes:
         label = folder.spec.label(shape)
         config = candidate.configs.get(label) or template.default
         req = suite.request(folder, which, shape, dtype, "default", config if which == "template" else None,
                             sms=sms, arch=arch)
+        planned.append((shape, label, config, req))
+    return template, planned
+
+
+def precompile(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidates: list[Candidate]) -> None:
+    """Compile every candidate at every shape in parallel before any is evaluated, so the GPU then
+    takes them one after another from the compile cache. Only for a worker that compiles (a
+    replay answers from its recording, a scripted GPU from its script); failures are left for
+    the evaluation to report, with its own message."""
+    if not isinstance(stored_evaluator(context, kernel).worker, EvaluationWorker):
+        return
+    pairs = []
+    for candidate in candidates:
+        try:
+            _, planned = requests(context, kernel, dtype, shapes, candidate)
+        except TemplateError:
+            continue
+        pairs += [(req.source, req.options) for *_, req in planned if not isinstance(req, Exclusion)]
+    if len(pairs) > 1:
+        compile_many(pairs, timeout_s=COMPILE_TIMEOUT_S)
+
+
+def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate, *,
+             time: bool = True) -> Candidate:
+    """The candidate checked and timed at every shape in one evaluation each (its `configs`, else
+    its template's default): the outputs of the timed launches are checked too, as the tuner's
+    are, so a kernel that is only correct when checked cannot win. `time=False` checks only
+    (the kernel's odd shapes). A shape the replayed recording lacks is "unrecorded", and a
+    candidate with one is "unmeasured": not wrong, so never sent back to be fixed. A shape its
+    `//@ require` lines exclude is "excluded": served by another kernel of the front."""
+    run = stored_evaluator(context, kernel)
+    try:
+        _, planned = requests(context, kernel, dtype, shapes, candidate)
+    except TemplateError as exc:
+        return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
+    measurements, first, seconds, bandwidth = [], None, 0.0, None
+    for shape, label, config, req in planned:
         if isinstance(req, Exclusion):
             measurements.append(ShapeMeasurement(label=label, status="excluded", config=config,
                                                  message=f"the template excludes {config} here: {req.reason}"))
             continue
-        req.check, req.time, req.stream_timing = check, time, False
+        req.check, req.time, req.stream_timing = True, time, False
         result, _ = run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
                         variant="default")
-        first = first or result
+        seconds += result.wall_seconds or 0.0
+        bandwidth = bandwidth or result.copy_bandwidth_gbs
+        first = first or (result if result.kernel_info is not None else None)
         failed = "; ".join(c.detail for c in result.checks if not c.passed)
         measurements.append(ShapeMeasurement(
             label=label, status=result.status, config=config,
             median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
-            fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
+            fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth, floor_us=result.floor_us,
             message=(failed or result.message)[:1500],
         ))
-    update: dict = {"measurements": measurements}
-    if first is not None and first.kernel_info is not None:
+    update: dict = {"measurements": measurements, "gpu_seconds": candidate.gpu_seconds + seconds,
+                    "copy_bandwidth_gbs": candidate.copy_bandwidth_gbs or bandwidth}
+    if first is not None:
         update.update(registers=first.kernel_info.resources.registers, spills=first.kernel_info.resources.spills,
                       occupancy_blocks_per_sm=first.occupancy_blocks_per_sm)
-    bad = next((m for m in measurements if m.status != "ok"), None)
-    if bad is None:
-        update["verdict"] = "passed"
-    else:
+    # A shape the kernel's own constraints exclude is one it does not serve (the front keeps what
+    # serves it there), not a failure; a kernel that serves no shape at all is unusable.
+    bad = next((m for m in measurements if m.status not in ("ok", "unrecorded", "excluded")), None)
+    if bad is None and measurements and all(m.status == "excluded" for m in measurements):
+        update["verdict"] = "invalid"
+        update["message"] = "its constraints exclude every shape: " + "; ".join(
+            f"{m.label}: {m.message}" for m in measurements[:3])
+    elif bad is not None:
         update["verdict"] = "compile_error" if bad.status in ("compile_error", "compile_timeout") else "incorrect"
         update["message"] = f"at shape {bad.label} ({bad.config}): {bad.status}: {bad.message}"
+    elif any(m.status == "unrecorded" for m in measurements):
+        update["verdict"] = "unmeasured"
+        update["message"] = ("the recording has no measurement of this kernel at "
+                             + ", ".join(m.label for m in measurements if m.status == "unrecorded")
+                             + " (a replay answers only what was measured on the GPU)")
+    else:
+        update["verdict"] = "passed"
     return candidate.model_copy(update=update)
+
+
+def launch_floor_us(context, kernel: str) -> float | None:
+    """An empty kernel's time under the same CUDA-graph replay: below it no kernel can go, so
+    at small shapes it, not bandwidth, is the floor. None where it cannot be measured (a replay
+    holds no such measurement)."""
+    worker = stored_evaluator(context, kernel).worker
+    if not isinstance(worker, EvaluationWorker):
+        return None
+    empty = empty_request()
+    empty.stream_timing = False
+    result = worker.evaluate(empty)
+    return result.timing.median_us if result.status == "ok" and result.timing else None

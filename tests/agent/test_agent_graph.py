@@ -57,18 +57,22 @@ def test_a_compile_error_goes_back_to_the_generator_with_the_log(tmp_path):
     result = run(context(tmp_path, model))
     assert verdicts(result) == ["compile_error", "accepted"]
     assert Candidate.model_validate(result["best"]).id == 2
-    second_attempt = model.seen[3][-1].content
-    assert 'identifier "vv" is undefined' in second_attempt and "candidate 1" in second_attempt
+    repair = model.seen[3]  # the repair is asked in the conversation that made the failed draft
+    assert [m.type for m in repair] == ["system", "human", "ai", "human"]
+    assert repair[1].content == model.seen[2][1].content  # what was asked
+    assert 'fake_marker = "compile_error"' in repair[2].content  # the failed code, as the model wrote it
+    assert 'identifier "vv" is undefined' in repair[3].content and "did not compile" in repair[3].content
     assert result["report"]["geomean_speedup"] == pytest.approx(2.0)
 
 
 def test_a_failed_test_returns_the_shape_and_differences_then_retries_run_out(tmp_path):
-    model = ScriptedChatModel(answers=["ready", decision("rewrite")] + [code_answer("wrong")] * 3
+    model = ScriptedChatModel(answers=["ready", decision("rewrite")] + [code_answer(f"wrong-{i}") for i in range(3)]
                               + [decision("stop")])
     result = run(context(tmp_path, model, retries=2))
     assert verdicts(result) == ["incorrect"] * 3  # the first attempt and two retries, then the planner
     retry = model.seen[3][-1].content
-    assert "at shape 16x4096" in retry and "worst at (3, 5)" in retry
+    assert "at shape 16x4096" in retry and "worst at (3, 5)" in retry and "results are wrong" in retry
+    assert len(model.seen[4]) == 6  # the second repair: the whole conversation, both failed drafts in it
     assert Candidate.model_validate(result["best"]).origin == "baseline"
 
 
@@ -77,11 +81,12 @@ def test_a_correct_but_slower_candidate_backtracks_to_the_best(tmp_path):
     result = run(context(tmp_path, model))
     assert verdicts(result) == ["slower"]
     assert Candidate.model_validate(result["best"]).origin == "baseline"
-    assert any("back to candidate 0" in e for e in result["report"]["events"])
+    assert any("faster at no shape (16x4096 +67%, 64x8192 +67%)" in e for e in result["report"]["events"])
 
 
 def test_the_round_budget_ends_in_the_reporter(tmp_path):
-    model = ScriptedChatModel(answers=["ready"] + [decision("rewrite"), code_answer("us=5.0")] * 2)
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("us=5.0"), decision("rewrite"),
+                                       code_answer("us=5.1")])
     result = run(context(tmp_path, model, rounds=2))
     assert verdicts(result) == ["slower", "slower"]
     assert result["stop_reason"] == "the budget of 2 planner rounds is spent"
@@ -124,7 +129,9 @@ def test_a_crashed_run_resumes_from_its_checkpoint_and_measures_nothing_twice(tm
     result = run(context(tmp_path, resumed, gpu=second_gpu),
                  SqliteSaver(sqlite3.connect(path, check_same_thread=False)), thread="crash", payload=None)
     assert verdicts(result) == ["accepted"]
-    assert second_gpu.calls == 3  # the candidate's other test and its two timings; the rest came from the store
+    # the candidate's second shape (checked and timed in one evaluation) and the kernel's four odd
+    # shapes (checked only); the baseline and the candidate's first shape came from the store
+    assert second_gpu.calls == 5
 
 
 KILLED_RUN = """
@@ -149,7 +156,7 @@ def test_a_run_killed_with_sigkill_resumes_from_its_checkpoint(tmp_path):
     gpu = FakeGPU()
     ctx = RunContext(chat_model=ScriptedChatModel(answers=[decision("stop")]), evaluator=gpu, results=results)
     result = run(ctx, SqliteSaver(sqlite3.connect(path, check_same_thread=False)), thread="k", payload=None)
-    assert verdicts(result) == ["accepted"] and gpu.calls == 3
+    assert verdicts(result) == ["accepted"] and gpu.calls == 5
 
 
 def test_an_evaluator_handed_over_unstarted_is_started_before_its_device_is_read(tmp_path):

@@ -12,7 +12,9 @@ from support.reliability_stub import FaultyEndpoint, Reply
 
 from astra_kernels.graph import RunContext, build_graph
 from astra_kernels.graph.state import Decision
-from astra_kernels.nodes.shared.chat import ModelConfigError, ask_structured, make_chat_model, preflight
+from astra_kernels.nodes.shared.chat import (
+    Asker, ModelConfigError, ModelTimedOut, ask_structured, make_chat_model, preflight,
+)
 
 PLAN = {"action": "templatize", "rationale": "64% of copy bandwidth at 16 tokens", "optimizations": ["CTAs per row"]}
 
@@ -25,26 +27,35 @@ def stub(request):
 
 
 def model_for(stub, **kw):
-    return make_chat_model(RunContext(model="openai:stub-model", base_url=stub.url, **kw))
+    return make_chat_model(RunContext(model="openai:stub-model", base_url=stub.url, **kw), "planner")
+
+
+def asker_for(stub, retries=4, **kw):
+    return Asker(model_for(stub, **kw), "planner", retries=retries, backoff_s=0.05)
 
 
 @pytest.mark.parametrize("stub", [[json.dumps(PLAN)]], indirect=True)
 def test_structured_output_through_the_real_client(stub):
-    decision = ask_structured(model_for(stub), "plan", "facts", Decision)
+    decision = ask_structured(asker_for(stub), "plan", "facts", Decision)
     assert decision == Decision(**PLAN)
     sent = stub.requests[0]
     assert sent["model"] == "stub-model" and '"action"' in sent["messages"][0]["content"]  # the schema
+    assert sent["response_format"]["type"] == "json_schema"  # and the provider's structured output
+    assert sent["response_format"]["json_schema"]["schema"]["properties"]["action"]["enum"][0] == "rewrite"
+    assert (sent.get("max_completion_tokens") or sent.get("max_tokens")) == RunContext().planner_max_tokens  # a cap
 
 
 @pytest.mark.parametrize("stub", [[Reply("slow down", status=429), json.dumps(PLAN)]], indirect=True)
 def test_a_429_is_retried_with_backoff_then_succeeds(stub):
-    decision = ask_structured(model_for(stub, max_retries=2), "plan", "facts", Decision)
+    asker = asker_for(stub, retries=2)
+    decision = ask_structured(asker, "plan", "facts", Decision)
     assert decision.action == "templatize" and len(stub.requests) == 2
+    assert [c["outcome"] for c in asker.calls] == ["failed", "answered"]
 
 
 @pytest.mark.parametrize("stub", [["I think you should tune it.", json.dumps(PLAN)]], indirect=True)
 def test_a_malformed_answer_gets_one_repair_request(stub):
-    decision = ask_structured(model_for(stub), "plan", "facts", Decision)
+    decision = ask_structured(asker_for(stub), "plan", "facts", Decision)
     assert decision.action == "templatize" and len(stub.requests) == 2
     repair = stub.requests[1]["messages"]
     assert repair[-2]["content"] == "I think you should tune it." and "could not be used" in repair[-1]["content"]
@@ -57,6 +68,23 @@ def test_a_timeout_is_a_clear_error(stub):
         preflight(model_for(stub, timeout_s=0.5, max_retries=0),
                   RunContext(model="openai:stub-model", base_url=stub.url))
     assert time.perf_counter() - started < 2.5
+
+
+@pytest.mark.parametrize("stub", [[Reply("late", delay=3.0), json.dumps(PLAN)]], indirect=True)
+def test_a_request_that_times_out_is_a_failed_answer_not_sent_again(stub):
+    """The openai client would resend it, and the server would generate both (seen: a 270M model
+    writing 7,652 tokens for 354 s while four copies of the request queued behind it)."""
+    asker = asker_for(stub, retries=4, timeout_s=0.5)
+    with pytest.raises(ModelTimedOut):
+        asker.invoke([])
+    assert len(stub.requests) == 1 and [c["outcome"] for c in asker.calls] == ["timed_out"]
+
+
+@pytest.mark.parametrize("stub", [[Reply("no such option", status=400), json.dumps(PLAN)]], indirect=True)
+def test_a_server_that_refuses_the_response_format_is_asked_without_it(stub):
+    decision = ask_structured(asker_for(stub), "plan", "facts", Decision)
+    assert decision.action == "templatize" and len(stub.requests) == 2
+    assert "response_format" in stub.requests[0] and "response_format" not in stub.requests[1]
 
 
 def test_an_endpoint_that_is_down_stops_the_graph_before_any_gpu_work(tmp_path):

@@ -141,7 +141,7 @@ def test_installed_console_script_runs(installed, tmp_path):
 @slow_install
 def test_installed_package_imports_from_the_venv(installed, tmp_path):
     code = ("import astra_kernels, astra_kernels.tools; from astra_kernels.graph import graph; "
-            "from astra_kernels.nodes.shared.chat import prompt; assert 'Measured facts' in prompt('planner'); "
+            "from astra_kernels.nodes.shared.chat import prompt; assert 'What was tried so far' in prompt('planner'); "
             "assert prompt('templater'); print(astra_kernels.tools.__file__)")
     proc = subprocess.run([str(installed / BIN / "python"), "-c", code], capture_output=True,
                           text=True, timeout=120, env=_clean_env(), cwd=tmp_path)

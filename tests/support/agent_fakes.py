@@ -39,8 +39,10 @@ class ScriptedChatModel(BaseChatModel):
 
 
 def kernel(marker: str) -> str:
-    """The baseline with a marker the fake GPU reads: compile_error, wrong, or us=N."""
-    return f"// fake: {marker}\n{BASELINE}"
+    """The baseline with a marker the fake GPU reads: compile_error, wrong, us=N, or
+    per-shape=LABEL:US,LABEL:US."""
+    # The marker is code too, not only a comment: kernels that differ in comments alone are one kernel.
+    return f"// fake: {marker}\nstatic const char* fake_marker = \"{marker}\";\n{BASELINE}"
 
 
 def code_answer(marker: str, words: str = "Split each row over more CTAs.") -> str:
@@ -73,13 +75,16 @@ class FakeGPU:
         base = {"device": self.device["name"], "arch": "sm_90", "label": request.label, "wall_seconds": 0.01}
         if marker == "compile_error":
             return EvaluationResult(status="compile_error", message="candidate.cu(14): error: identifier \"vv\" is undefined", **base)
-        if marker == "wrong":
-            return EvaluationResult(status="incorrect", checks=[Check(
-                name="out (seed 1)", passed=False,
-                detail="17 of 65536 elements outside rtol=0.016 atol=0.016; worst at (3, 5): got 2.5, expected 0.25")],
-                **base)
+        if marker.startswith("wrong"):
+            check = Check(name="out (seed 1)", passed=False, detail=(
+                "17 of 65536 elements outside rtol=0.016 atol=0.016; worst at (3, 5): got 2.5, expected 0.25"))
+            # as the real evaluation reports it: the failed checks in the message too
+            return EvaluationResult(status="incorrect", checks=[check], message=f"{check.name}: {check.detail}", **base)
         if marker.startswith("us="):
             us = float(marker[3:])
+        elif marker.startswith("per-shape="):  # per-shape=16x4096:1.0,64x8192:5.0 (3 us elsewhere)
+            times = dict(item.split(":") for item in marker[len("per-shape="):].split(","))
+            us = float(next((times[t] for t in request.label.split(" ") if t in times), 3.0))
         elif request.source != BASELINE and "VEC" in request.options.defines:
             us = 1.0 + 4.0 / request.options.defines["VEC"]
         else:

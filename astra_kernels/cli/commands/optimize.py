@@ -24,6 +24,18 @@ def add_parser(sub) -> None:
     optimize.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, SGLang)")
     optimize.add_argument("--temperature", type=float)
     optimize.add_argument("--reasoning-effort", choices=["low", "medium", "high"])
+    optimize.add_argument("--planner-model", help="provider:name for the planner (default: --model)")
+    optimize.add_argument("--coder-model", help="provider:name for the generator and templater (default: --model)")
+    optimize.add_argument("--planner-temperature", type=float)
+    optimize.add_argument("--coder-temperature", type=float)
+    optimize.add_argument("--planner-reasoning-effort", choices=["low", "medium", "high"])
+    optimize.add_argument("--coder-reasoning-effort", choices=["low", "medium", "high"])
+    optimize.add_argument("--max-tokens", type=positive_int, metavar="N",
+                          help=f"output tokens per answer, every role (default: planner {defaults.planner_max_tokens}, "
+                               f"coder {defaults.coder_max_tokens})")
+    optimize.add_argument("--candidates", type=positive_int, default=defaults.candidates, metavar="N",
+                          help=f"rewrites asked for each round, compiled in parallel, timed one by one "
+                               f"(default {defaults.candidates})")
     optimize.add_argument("--timeout", type=positive_seconds, default=defaults.timeout_s,
                           help=f"seconds per model request (default {defaults.timeout_s:g})")
     optimize.add_argument("--rounds", type=positive_int, default=defaults.rounds,
@@ -65,10 +77,16 @@ def run(args) -> int:
     out = Path(args.out or f"out/{folder.name}-agent")
     context = RunContext(
         model=args.model, base_url=args.base_url, temperature=args.temperature,
-        reasoning_effort=args.reasoning_effort, timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
+        reasoning_effort=args.reasoning_effort, planner_model=args.planner_model, coder_model=args.coder_model,
+        planner_temperature=args.planner_temperature, coder_temperature=args.coder_temperature,
+        planner_reasoning_effort=args.planner_reasoning_effort, coder_reasoning_effort=args.coder_reasoning_effort,
+        **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
+        candidates=args.candidates,
+        timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
         wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
         approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
-    make_chat_model(context)  # a typo in --model is named before anything is written
+    for role in ("planner", "coder"):
+        make_chat_model(context, role)  # a typo in a model is named before anything is written
     checkpoints = Path(args.checkpoints or out / "checkpoints.sqlite")
     thread = args.resume or args.thread or f"{folder.name}-{uuid.uuid4().hex[:8]}"
     config = {"configurable": {"thread_id": thread}, "recursion_limit": recursion_limit(context)}
@@ -126,7 +144,13 @@ def run(args) -> int:
         print(json.dumps(final.get("report"), indent=2))
     elif report:
         console.print(render(report), markup=False, highlight=False)
-        console.print(f"wrote {out / 'report.md'}, {out / 'report.json'}, {out / 'best.cu'}")
+        written = [out / "report.md", out / "report.json"] + [
+            out / name for name in ("best.cu", "dispatch.json") if (out / name).is_file()]
+        console.print(f"wrote {', '.join(map(str, written))} and the winning kernels in {out / 'kernels'}"
+                      + ("" if (out / "best.cu").is_file() else
+                         "; no best.cu: different kernels or configurations win different shapes, the table is the result"
+                         + (f" (`astra export {out}` builds it)" if (out / "dispatch.json").is_file() else "")),
+                      highlight=False)
     if not any(row.get("baseline_us") for row in report.get("shapes", [])):
         console.print(f"[red]nothing was measured:[/red] {escape(report.get('stop_reason') or 'the run stopped')}",
                       highlight=False)

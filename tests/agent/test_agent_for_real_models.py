@@ -1,0 +1,199 @@
+"""The agent against scripted models that fail the way real ones do: a first draft using a member
+that does not exist and a repair that needs the failed code, an answer quoting the old kernel
+before the new one, `<think>` blocks, a candidate faster at one shape and slower at another, a
+template wrong everywhere, N candidates of which one is right, a timeout. Each asserts what the
+model was sent and what the graph did."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import openai
+import pytest
+
+from support.agent_fakes import BASELINE, FakeGPU, ScriptedChatModel, code_answer, decision, kernel
+from astra_kernels.graph import RunContext, build_graph, recursion_limit
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.nodes.shared.chat import Asker, ModelTimedOut, ModelUnavailable
+
+SHAPES = [{"T": 16, "D": 4096}, {"T": 64, "D": 8192}]
+INPUT = {"kernel": "silu_and_mul", "shapes": SHAPES}
+
+
+def run(tmp_path, model, **kw):
+    ctx = RunContext(chat_model=model, evaluator=kw.pop("gpu", None) or FakeGPU(),
+                     results=str(tmp_path / "results.sqlite"), tune_sample=12, tune_seconds=20, **kw)
+    app = build_graph().compile()
+    return app.invoke(INPUT, config={"recursion_limit": recursion_limit(ctx)}, context=ctx)
+
+
+def verdicts(result) -> list[str]:
+    return [c["verdict"] for c in result["history"]]
+
+
+def test_a_draft_using_a_member_that_does_not_exist_is_repaired_with_its_own_code_in_view(tmp_path):
+    """The prompt names Vec's real member; the model uses `.data` anyway, the compiler says so,
+    and the repair is asked with the draft, the log and the first request all in the messages."""
+
+    class CompilerGPU(FakeGPU):
+        def evaluate(self, request):
+            if ".data[" in request.source:
+                from astra_kernels.tools.measuring.evaluation import EvaluationResult
+                return EvaluationResult(status="compile_error", label=request.label, message=(
+                    'candidate.cu(31): error: class "Vec<__nv_bfloat16, 8>" has no member "data"'))
+            return super().evaluate(request)
+
+    wrong = code_answer("us=1.5").replace("v.v[", "v.data[", 1)
+    assert ".data[" in wrong
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), wrong, code_answer("us=1.5"), decision("stop")])
+    result = run(tmp_path, model, gpu=CompilerGPU())
+    assert verdicts(result) == ["compile_error", "accepted"]
+    first, repair = model.seen[2], model.seen[3]
+    assert "members `U v[N]`" in first[1].content and ".data[i]" not in first[1].content
+    assert repair[:2] == first[:2] and ".data[" in repair[2].content
+    assert 'has no member "data"' in repair[3].content and "line numbers count from" in repair[3].content
+
+
+def test_the_model_is_told_the_kernel_the_gpu_the_floors_and_the_helpers_from_the_code(tmp_path):
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("us=5.0"), decision("stop")])
+    run(tmp_path, model)
+    plan, draft = model.seen[1][-1].content, model.seen[2][1].content
+    spec = suite.load("silu_and_mul").spec
+    for text in (plan, draft):
+        assert spec.summary in text and "bf16" in text and "rtol 0.02" in text
+        assert "Fake GPU" in text and "132 SMs" in text
+        assert "warp_sum" in text and "block reduction" not in text
+        assert "None" not in text
+        assert "16x4096: 3.00 us" in text
+    assert BASELINE.strip() in plan  # the planner sees the kernel that holds the shapes
+
+
+def test_an_answer_quoting_the_old_kernel_before_the_new_one_is_read_as_the_new_one(tmp_path):
+    answer = (f"Here is the current kernel:\n```cuda\n{BASELINE}```\nand my faster one, shorter:\n"
+              f"```CUDA\n{kernel('us=1.5')}```")
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), answer, decision("stop")])
+    result = run(tmp_path, model)
+    assert verdicts(result) == ["accepted"] and 'fake_marker = "us=1.5"' in result["history"][0]["source"]
+
+
+def test_think_blocks_are_dropped_from_plans_and_code(tmp_path):
+    plan = '<think>I could {rewrite} or "tune"... {"action": "stop"}?</think>\n{"action": "Rewrite", "rationale": ' \
+           '"16x4096 is 3x its launch floor", "optimizations": ["one CTA per 8 rows",],}'
+    code = f"<think>\n```cuda\n{kernel('us=9')}```\n</think>\nDone.\n~~~cu\r\n{kernel('us=1.5')}~~~\r\n"
+    model = ScriptedChatModel(answers=["ready", plan, code, decision("stop")])
+    result = run(tmp_path, model)
+    assert verdicts(result) == ["accepted"]
+    assert result["history"][0]["idea"] == ["one CTA per 8 rows"]
+    assert 'fake_marker = "us=1.5"' in result["history"][0]["source"]
+
+
+def test_a_candidate_faster_at_one_shape_and_slower_at_another_is_kept_only_where_it_wins(tmp_path):
+    """Once the geometric mean accepted 1.0 vs 3.0 at one shape and 5.0 vs 3.0 at the other (1.34x)
+    with a 67% regression; now the candidate wins 16x4096 only and 64x8192 keeps the baseline."""
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("per-shape=16x4096:1.0,64x8192:5.0"),
+                                       decision("stop")])
+    result = run(tmp_path, model)
+    assert verdicts(result) == ["accepted"]
+    front = result["front"]
+    assert front["16x4096"]["candidate"] == 1 and front["16x4096"]["median_us"] == 1.0
+    assert front["64x8192"]["candidate"] == 0 and front["64x8192"]["median_us"] == 3.0
+    rows = {r["shape"]: r for r in result["report"]["shapes"]}
+    assert rows["64x8192"]["speedup"] == 1.0 and rows["16x4096"]["speedup"] == 3.0
+    assert result["report"]["single_kernel"] is None  # two kernels serve the shapes: the table is the result
+    assert "won 16x4096: 16x4096 -67%, 64x8192 +67%" in result["history"][0]["message"]
+
+
+def test_a_template_wrong_everywhere_goes_back_to_the_templater_with_sample_errors(tmp_path):
+    template = suite.load("silu_and_mul").template.source
+    wrong = f"A template.\n```cuda\n// fake: wrong\n{template}```"
+    right = f"Fixed.\n```cuda\n// fake: fixed\nstatic const int fixed = 1;\n{template}```"
+    model = ScriptedChatModel(answers=["ready", decision("templatize"), wrong, right, decision("stop")])
+    result = run(tmp_path, model, rounds=2)
+    assert verdicts(result)[:2] == ["incorrect", "accepted"]
+    repair = model.seen[3]
+    assert [m.type for m in repair] == ["system", "human", "ai", "human"]
+    assert "no configuration was correct at shape 16x4096" in repair[3].content
+    assert "configurations failed; for example:" in repair[3].content and "worst at (3, 5)" in repair[3].content
+
+
+def test_best_of_n_keeps_the_one_right_candidate_of_three(tmp_path):
+    answers = [code_answer("compile_error"), code_answer("wrong"), code_answer("us=1.5")]
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), *answers, decision("stop")])
+    result = run(tmp_path, model, candidates=3, retries=0)
+    assert sorted(verdicts(result)) == ["accepted", "compile_error", "incorrect"]
+    assert len({c["id"] for c in result["history"]}) == 3 and {c["slot"] for c in result["history"]} == {0, 1, 2}
+    winner = next(c for c in result["history"] if c["verdict"] == "accepted")
+    assert all(e["candidate"] == winner["id"] for e in result["front"].values())
+    assert result["report"]["costs"]["models"]["coder"]["calls"] == 3
+
+
+def test_the_n_drafts_are_asked_in_parallel(tmp_path):
+    """Three branches must be in the model at once: each answer waits until all three asked."""
+    barrier = threading.Barrier(3, timeout=20)
+
+    class Parallel(ScriptedChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            if "Rewrite this CUDA kernel" in messages[-1].content:
+                barrier.wait()  # a BrokenBarrierError if the branches ran one after another
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    model = Parallel(answers=["ready", decision("rewrite"), code_answer("us=2.0"), code_answer("us=1.5"),
+                              code_answer("us=1.8"), decision("stop")])
+    result = run(tmp_path, model, candidates=3, retries=0)
+    assert len(verdicts(result)) == 3  # all three drafts were tested and judged
+    assert all(e["median_us"] == 1.5 for e in result["front"].values())  # the fastest holds every shape
+
+
+def test_a_candidate_identical_to_one_measured_is_refused_and_repaired(tmp_path):
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), f"Same.\n```cuda\n{BASELINE}```",
+                                       code_answer("us=1.5"), decision("stop")])
+    result = run(tmp_path, model)
+    assert verdicts(result) == ["duplicate", "accepted"]
+    assert "candidate 0 (baseline) again" in model.seen[3][-1].content
+
+
+def test_a_timeout_is_a_failed_answer_and_never_sent_again():
+    calls = []
+
+    class Slow(ScriptedChatModel):
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            calls.append(1)
+            raise openai.APITimeoutError(request=httpx.Request("POST", "http://x/v1/chat/completions"))
+
+    asker = Asker(Slow(answers=[]), "coder", retries=4, backoff_s=0)
+    with pytest.raises(ModelTimedOut):
+        asker.invoke([])
+    assert len(calls) == 1 and asker.calls[0]["outcome"] == "timed_out"
+
+
+def test_a_rate_limit_is_retried_then_answered_and_every_request_is_counted():
+    response = httpx.Response(429, request=httpx.Request("POST", "http://x/v1/chat/completions"))
+    limited = openai.RateLimitError("slow down", response=response, body=None)
+    asker = Asker(ScriptedChatModel(answers=[limited, limited, "fine"]), "planner", retries=4, backoff_s=0)
+    assert asker.invoke([]).content == "fine"
+    assert [c["outcome"] for c in asker.calls] == ["failed", "failed", "answered"]
+    down = openai.BadRequestError("bad", response=httpx.Response(
+        400, request=httpx.Request("POST", "http://x")), body=None)
+    with pytest.raises(ModelUnavailable):
+        Asker(ScriptedChatModel(answers=[down, "never"]), "planner", backoff_s=0).invoke([])
+
+
+def test_roles_take_their_own_models(tmp_path):
+    planner = ScriptedChatModel(answers=["ready", decision("rewrite"), decision("stop")])
+    coder = ScriptedChatModel(answers=["ready", code_answer("us=1.5")])
+    ctx = RunContext(planner_chat_model=planner, coder_chat_model=coder, evaluator=FakeGPU(),
+                     results=str(tmp_path / "results.sqlite"))
+    result = build_graph().compile().invoke(INPUT, config={"recursion_limit": recursion_limit(ctx)}, context=ctx)
+    assert verdicts(result) == ["accepted"] and not planner.answers and not coder.answers
+    assert set(result["report"]["costs"]["models"]) == {"planner", "coder"}
+
+
+def test_built_models_carry_the_roles_token_caps_and_no_client_retries():
+    from astra_kernels.nodes.shared.chat import make_chat_model
+
+    ctx = RunContext(model="openai:a", coder_model="openai:b", planner_max_tokens=300, coder_max_tokens=5000,
+                     base_url="http://127.0.0.1:9/v1", planner_temperature=0.1)
+    planner, coder = make_chat_model(ctx, "planner"), make_chat_model(ctx, "coder")
+    assert (planner.model_name, planner.max_tokens, planner.temperature, planner.max_retries) == ("a", 300, 0.1, 0)
+    assert (coder.model_name, coder.max_tokens, coder.max_retries) == ("b", 5000, 0)

@@ -1,0 +1,120 @@
+"""The facts the prompts state: generated from common.cuh, the spec and the measurements, with
+unknowns left out rather than printed as None."""
+
+from __future__ import annotations
+
+import re
+
+from astra_kernels.graph.state import Candidate, ShapeMeasurement
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.nodes.shared import facts
+from astra_kernels.nodes.shared.facts import (
+    ShapeRow,
+    describe_gpu,
+    describe_kernel,
+    describe_shapes,
+    device_helpers,
+)
+
+COMMON = (suite.SUITE_DIR / "common.cuh").read_text()
+
+
+def test_device_helpers_name_every_device_function_and_vecs_real_member():
+    text = device_helpers()
+    declared = set(re.findall(r"__device__[^;{]*?\b(\w+)\s*(?:<[^<>()]*>)?\s*\(", COMMON))
+    listed = set(re.findall(r"- function `(\w+)`", text))
+    assert declared and listed == declared
+    member = re.search(r"struct[^{;]*\bVec\s*\{([^}]*)\}", COMMON).group(1).strip().rstrip(";")
+    assert f"`{member}`" in text
+    has_data = re.search(r"\bdata\s*\[", member) is not None
+    assert (".data[" in text) == has_data and ("`U data[" in text) == has_data
+    assert "block_sum" not in text or "block_sum" in COMMON  # no reduction the header lacks
+
+
+def test_helpers_of_parses_a_header_it_has_never_seen():
+    header = """#ifndef GUARD_H
+#define GUARD_H
+#include <cuda_fp16.h>
+#define TILE 64
+typedef float acc_t;
+constexpr int kWarp = 32;
+// Four lanes, one access.
+struct __align__(16) Quad { float a; float b[3]; };
+template <typename T>
+__device__ inline T
+block_reduce(T x, int n) {
+    if (n) { return x; }
+    return x;
+}
+__global__ void not_a_helper(int* p) { p[0] = 1; }
+#ifdef __CUDA_ARCH__
+__device__ void arch_only() {}
+#endif
+#endif
+"""
+    helpers = {h.name: h for h in facts._helpers_of(header)}
+    assert set(helpers) == {"cuda_fp16.h", "TILE", "acc_t", "kWarp", "Quad", "block_reduce", "arch_only"}
+    assert helpers["Quad"].members == ("float a", "float b[3]") and helpers["Quad"].doc == "Four lanes, one access."
+    assert helpers["block_reduce"].text == "template <typename T> __device__ inline T block_reduce(T x, int n)"
+    assert helpers["arch_only"].condition == "defined(__CUDA_ARCH__)" and not helpers["TILE"].condition
+    assert [helpers[n].kind for n in ("TILE", "acc_t", "kWarp")] == ["define", "type", "constant"]
+
+
+def test_describe_kernel_states_dtype_tolerance_and_every_argument():
+    folder = suite.load("silu_and_mul")
+    text = describe_kernel(folder.spec, "bf16")
+    tol = suite.problem(folder, folder.spec.default_shapes()[0], "bf16").tolerance("bf16")
+    assert "bf16" in text and "__nv_bfloat16" in text and folder.spec.summary in text
+    assert f"rtol {tol.rtol:g}, atol {tol.atol:g}" in text
+    for arg in folder.spec.args:
+        assert f"`{arg.name}` (" in text
+    assert "None" not in text
+    fp32 = describe_kernel(folder.spec, "fp32")
+    assert f"atol {folder.spec.tolerances['fp32'].atol:g}" in fp32 and "None" not in fp32
+
+
+def test_describe_gpu_leaves_out_what_it_is_not_given():
+    partial = describe_gpu({"name": "Fake GPU", "multiprocessors": 132})
+    assert "Fake GPU" in partial and "132 SMs" in partial
+    assert "arch" not in partial and "shared" not in partial and "GB/s" not in partial and "launch floor" not in partial
+    assert "None" not in partial
+    full = describe_gpu({"name": "H", "arch": "sm_90", "max_shared_per_block_optin": 232448}, 3900.4, 2.126)
+    assert "sm_90" in full and "227 KiB" in full and "3900 GB/s" in full and "launch floor 2.13 us" in full
+
+
+def test_describe_shapes_tells_latency_from_bandwidth_bound_and_done():
+    small = ShapeRow("16x4096", us=2.4, floor_us=0.5, launch_floor_us=2.0, baseline_us=3.0)
+    large = ShapeRow("2048x14336", us=100.0 / 0.7, floor_us=100.0, launch_floor_us=2.0)
+    assert small.bound() == "latency-bound" and small.done(0.9) is True
+    assert large.bound() == "bandwidth-bound" and large.done(0.9) is False
+    text = describe_shapes([small, large])
+    lines = text.splitlines()
+    assert "2.40 us" in lines[0] and "latency-bound" in lines[0] and lines[0].endswith("done")
+    assert "1.25x" in lines[0] and "1.43x the bytes floor" in lines[1] and lines[1].endswith("not done")
+    assert lines[-1].startswith("Done at 1 of 2 shapes") and "not done: 2048x14336 (bandwidth-bound)" in lines[-1]
+
+
+def test_describe_shapes_with_unknown_floors_says_only_what_is_known():
+    text = describe_shapes([ShapeRow("1x1", us=2.0), ShapeRow("3x3", us=None, floor_us=0.2)])
+    assert "None" not in text and "bound" not in text.replace("not judged", "")
+    assert "- 1x1: 2.00 us" in text and "- 3x3: no time" in text and "1x1, 3x3" in text
+    row = ShapeRow.from_measurement(ShapeMeasurement(label="1x1", status="ok", median_us=2.0,
+                                                     fraction_of_copy_bandwidth=0.25), launch_floor_us=2.0)
+    assert row.floor_us == 0.5 and row.bound() == "latency-bound"
+
+
+def test_model_facts_omit_unknown_compiler_facts_and_name_each_shapes_holder():
+    measured = [ShapeMeasurement(label="16x4096", status="ok", median_us=2.0)]
+    baseline = Candidate(id=0, origin="baseline", source="", measurements=[
+        ShapeMeasurement(label="16x4096", status="ok", median_us=3.0, floor_us=0.4)], registers=32, spills=False)
+    tuned = Candidate(id=1, origin="tune", source="", measurements=measured, verdict="accepted")
+    state = {"kernel": "silu_and_mul", "dtype": "bf16", "baseline": baseline.model_dump(), "best": tuned.model_dump(),
+             "gpu": {"device": {"name": "Fake GPU", "multiprocessors": 132}, "launch_floor_us": 1.6},
+             "front": {"16x4096": {"candidate": 1, "origin": "tune", "median_us": 2.0, "floor_us": 0.4,
+                                   "config": {"VEC": 4}}}}
+    text = facts.model_facts(state)
+    assert "None" not in text and "resources" not in text  # nothing known of candidate 1's compile
+    assert "speedup 1.50x over the baseline's 3.00 us" in text and "latency-bound" in text
+    assert "- 16x4096: candidate 1 (tune) at {'VEC': 4}" in text and "Fake GPU" in text and "132" in text
+    known = facts.model_facts({**state, "best": baseline.model_dump()})
+    assert "## Candidate 0's resources\n32 registers per thread, no spills" in known
