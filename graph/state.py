@@ -152,7 +152,8 @@ class AgentState(TypedDict, total=False):
     history: Annotated[list[dict], operator.add]  # every finished Candidate, in order
     events: Annotated[list[str], operator.add]  # what happened, one line each, for reports
     calls: Annotated[list[dict], operator.add]  # every model request (ModelCall), for the costs
-    gpu_seconds: Annotated[float, operator.add]  # evaluation time on the GPU (or recorded)
+    gpu_seconds: Annotated[float, operator.add]  # the agent's own evaluations on the GPU (a replay: as recorded)
+    search_seconds: Annotated[float, operator.add]  # the tuner's searches, wall time (compiles and evaluations)
     retries: int  # failed attempts at the current candidate
     round: int  # planner decisions made
     tuned: list[str]  # template sources already tuned (a hash each), so the planner moves on

@@ -37,7 +37,7 @@ def fixed_source(source: str, config: dict[str, int]) -> str:
 
 
 def costs(state: AgentState) -> dict:
-    """Model requests and tokens per role, GPU seconds, wall time."""
+    """Model requests and tokens per role, the agent's evaluation seconds, the searches' and the run's wall time."""
     roles: dict[str, dict] = {}
     for call in state.get("calls", []):
         role = roles.setdefault(call["role"], {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
@@ -50,6 +50,7 @@ def costs(state: AgentState) -> dict:
         role["seconds"] = round(role["seconds"] + call["seconds"], 3)
     started = state.get("started_at")
     return {"models": roles, "gpu_seconds": round(state.get("gpu_seconds") or 0.0, 3),
+            "search_seconds": round(state.get("search_seconds") or 0.0, 1),
             "wall_seconds": round(time.time() - started, 1) if started else None}
 
 
@@ -144,8 +145,8 @@ def render(report: dict) -> str:
     for role, c in cost["models"].items():
         lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out), "
                      f"{c['input_tokens']} tokens in, {c['output_tokens']} out, {c['seconds']:.1f} s")
-    lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of evaluations and searches (a replay: the recorded "
-                 f"evaluations' time); wall time {cost['wall_seconds']} s")
+    lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of the agent's own evaluations (a replay: as recorded); "
+                 f"the tuner's searches {cost['search_seconds']:.1f} s of wall time; the run {cost['wall_seconds']} s")
     lines += ["", "## The path", ""]
     lines += [f"- candidate {p['id']} ({p['origin']}): {p['verdict']}"
               + (f", {p['geomean_us']:.2f} us" if p["geomean_us"] else "")

@@ -56,7 +56,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
                          budget=Budget(seconds=seconds / len(shapes)), sample=context.tune_sample,
                          progress=progress, compile_timeout_s=deadline, compiling=compiling)
-    searched_s = time.monotonic() - started  # the search's evaluations, for the run's GPU time
+    searched_s = time.monotonic() - started  # for the report's costs
     measurements, configs = [], {}
     for shaped in report.shapes:
         best, best_us = shaped.search.best_config, shaped.search.best_us
@@ -82,17 +82,17 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     if bad is not None:
         message = f"no configuration was correct at shape {bad.label}; {bad.message}"
         return {**failed(state, candidate.model_copy(update={"verdict": "incorrect", "message": message}), "tuner"),
-                "tuned": tuned, "gpu_seconds": searched_s}
+                "tuned": tuned, "search_seconds": searched_s}
     if any(m.status == "unrecorded" for m in measurements):
         candidate = candidate.model_copy(update={"verdict": "unmeasured", "message": (
             "the recording has no measurement of this template at "
             + ", ".join(m.label for m in measurements if m.status == "unrecorded"))})
         line = say("tuner", f"candidate {candidate.id} is unmeasured: {candidate.message}")
         return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
-                "tuned": tuned, "events": [line], "gpu_seconds": searched_s}
+                "tuned": tuned, "events": [line], "search_seconds": searched_s}
     candidate = candidate.model_copy(update={"verdict": "passed"})
     line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; geometric mean {candidate.geomean_us():.2f} us")
-    return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line], "gpu_seconds": searched_s,
+    return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line], "search_seconds": searched_s,
             "tuning": {"source_key": template_key(source), "space": candidate.message, "configs": configs}}
 
 

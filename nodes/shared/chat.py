@@ -154,9 +154,13 @@ def make_chat_model(context, role: str = "coder") -> BaseChatModel | None:
 
 
 def preflight(model: BaseChatModel, context) -> None:
-    """One tiny request, so an unreachable endpoint is a clear error before any GPU work."""
+    """One tiny request, so an unreachable endpoint is a clear error before any GPU work. Its answer
+    is capped at a few tokens: a base model asked for one word may write until its cap."""
+    short = model
+    if _openai_endpoint(model) is not None:
+        short = model.bind(max_tokens=8, extra_body={"max_tokens": 8})
     try:
-        model.invoke([HumanMessage("Reply with the single word: ready")])
+        short.invoke([HumanMessage("Reply with the single word: ready")])
     except Exception as exc:
         raise ModelConfigError(redact(f"the chat model at {_endpoint(context)} did not answer: "
                                       f"{type(exc).__name__}: {exc}", *_keys(model))) from exc
@@ -222,6 +226,8 @@ def _failure_kind(exc: Exception) -> str:
     """"timeout", "transient" (429, 5xx, a dropped connection: worth another try) or "final".
     Integrations wrap the client's errors (langchain-openai's OpenAIRateLimitError), so the
     error's cause is read too."""
+    if "response_format" in str(exc):  # the server refuses the option (llama.cpp: with a 500): not a fault
+        return "final"
     if exc.__cause__ is not None and _failure_kind(exc.__cause__) != "final":
         return _failure_kind(exc.__cause__)
     names = {cls.__name__ for cls in type(exc).__mro__}
@@ -252,15 +258,28 @@ def ask_structured(asker: Asker, system: str, user: str, schema: type[Schema]) -
     def parse(text: str) -> Schema:
         return answers.extract_json(text, schema)
 
-    if type(asker.model).__name__ in ("ChatOpenAI", "AzureChatOpenAI"):
+    endpoint = _openai_endpoint(asker.model)
+    if endpoint is not None and endpoint not in _REFUSES_RESPONSE_FORMAT:
         bind = {"response_format": {"type": "json_schema", "json_schema": {
             "name": schema.__name__, "schema": schema.model_json_schema(), "strict": False}}}
         try:
             return _with_repair(asker, messages, parse, again, bind)[0]
         except ModelUnavailable as exc:
-            if isinstance(exc, ModelTimedOut) or "400" not in str(exc):
+            if isinstance(exc, ModelTimedOut) or not ("400" in str(exc) or "response_format" in str(exc)):
                 raise
+            _REFUSES_RESPONSE_FORMAT.add(endpoint)  # asked once per process, not every round
     return _with_repair(asker, messages, parse, again)[0]
+
+
+_REFUSES_RESPONSE_FORMAT: set[tuple] = set()
+
+
+def _openai_endpoint(model) -> tuple | None:
+    """(base URL, model name) of an OpenAI-compatible model, else None (another provider, a
+    scripted model): only those are sent OpenAI's `response_format`."""
+    if type(model).__name__ not in ("ChatOpenAI", "AzureChatOpenAI"):
+        return None
+    return (str(getattr(model, "openai_api_base", None)), str(getattr(model, "model_name", None)))
 
 
 def ask_code(asker: Asker, messages: list[BaseMessage]) -> tuple[str, str, list[BaseMessage]]:
