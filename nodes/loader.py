@@ -28,6 +28,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     spec = folder.spec
     dtype = state.get("dtype") or spec.default_dtype()
     shapes = _checked_shapes(spec, state.get("shapes")) or spec.default_shapes()
+    started = time.time()  # the run's wall time counts from here: the checks and the baseline are in it
     checked = []  # one check per endpoint: the roles often share one model
     for role in ("planner", "coder"):
         model = make_chat_model(context, role)
@@ -42,7 +43,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     gpu = {"device": dict(worker.device or {}), "launch_floor_us": launch_floor_us(context, spec.name),
            "copy_bandwidth_gbs": baseline.copy_bandwidth_gbs}
     update = {"dtype": dtype, "shapes": shapes, "template": folder.template.source, "round": 0, "retries": 0,
-              "tuned": [], "started_at": time.time(), "candidate": None, "decision": None, "gpu": gpu,
+              "tuned": [], "started_at": started, "candidate": None, "decision": None, "gpu": gpu,
               "gpu_seconds": baseline.gpu_seconds}
     if baseline.verdict != "passed":
         return {**update, "baseline": baseline.model_dump(), "best": None,
