@@ -12,6 +12,8 @@ failed attempt fed back the same way.
 
 from __future__ import annotations
 
+import time
+
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
@@ -20,8 +22,8 @@ from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.tools.errors import AstraError
 
 from astra_kernels.nodes.shared import answers
-from astra_kernels.nodes.shared.attempts import first_line, history_text, holder, repair_request
-from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt, to_messages
+from astra_kernels.nodes.shared.attempts import first_line, history_text, holder, repair_messages
+from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
@@ -46,13 +48,14 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     decision = Decision.model_validate(state["decision"])
     previous = next((Candidate.model_validate(d) for d in state.get("drafts", []) if d["slot"] == slot), None)
     if previous is not None:  # a repair, in the conversation that made the failed draft
-        messages = to_messages(previous.conversation) + [HumanMessage(repair_request(previous))]
-        attempts = previous.attempts + 1
+        messages, attempts = repair_messages(previous), previous.attempts + 1
     else:
         messages, attempts = first_request(state, decision), 1
     candidate = Candidate(id=state["next_id"] + slot, origin="rewrite", source="",
                           idea=decision.optimizations, slot=slot, attempts=attempts)
     try:
+        if time.time() - state["started_at"] > context.wall_seconds:
+            raise AstraError(f"not asked: the wall-time budget of {context.wall_seconds:.0f} s is spent")
         code, words, conversation = ask_code(asker, messages)
         candidate = candidate.model_copy(update={"source": code, "rationale": words[:2000],
                                                  "conversation": from_messages(conversation)})
@@ -64,7 +67,7 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             candidate = candidate.model_copy(update={"verdict": "duplicate", "message": (
                 f"it is candidate {same['id']} ({same['origin']}) again, measured already; write a different kernel")})
     except AstraError as exc:  # an unusable answer (MalformedAnswer), a model that did not answer, a bad template
-        conversation = candidate.conversation or from_messages(messages)
+        conversation = candidate.conversation or from_messages(getattr(exc, "conversation", None) or messages)
         candidate = candidate.model_copy(update={"verdict": "invalid", "message": str(exc),
                                                  "conversation": conversation})
     update = {"drafts": [candidate.model_dump()], "calls": asker.calls}

@@ -14,7 +14,7 @@ import time
 from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
+from astra_kernels.graph.state import AgentState, Candidate, FrontEntry, ModelCall
 from astra_kernels.kernels_sglang import suite
 
 from astra_kernels.nodes.shared.chat import make_chat_model, preflight, role_settings
@@ -29,14 +29,16 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     dtype = state.get("dtype") or spec.default_dtype()
     shapes = _checked_shapes(spec, state.get("shapes")) or spec.default_shapes()
     started = time.time()  # the run's wall time counts from here: the checks and the baseline are in it
-    checked = []  # one check per endpoint: the roles often share one model
+    checked, calls = [], []  # one check per endpoint: the roles often share one model
     for role in ("planner", "coder"):
         model = make_chat_model(context, role)
         same = model if getattr(context, f"{role}_chat_model", None) or context.chat_model else \
             role_settings(context, role)["model"]
         if model is not None and not any(same is c or same == c for c in checked):
+            started_check = time.monotonic()
             preflight(model, context)
             checked.append(same)
+            calls.append(ModelCall(role="preflight", seconds=round(time.monotonic() - started_check, 3)).model_dump())
     baseline = evaluate(context, spec.name, dtype, shapes, Candidate(id=0, origin="baseline",
                                                                    source=folder.baseline.source))
     worker = stored_evaluator(context, spec.name).worker
@@ -44,7 +46,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
            "copy_bandwidth_gbs": baseline.copy_bandwidth_gbs}
     update = {"dtype": dtype, "shapes": shapes, "template": folder.template.source, "round": 0, "retries": 0,
               "tuned": [], "started_at": started, "candidate": None, "decision": None, "gpu": gpu,
-              "gpu_seconds": baseline.gpu_seconds}
+              "gpu_seconds": baseline.gpu_seconds, "calls": calls}
     if baseline.verdict != "passed":
         return {**update, "baseline": baseline.model_dump(), "best": None,
                 "stop_reason": f"the baseline failed {baseline.message}",

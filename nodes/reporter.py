@@ -4,7 +4,8 @@ The result is the front: at each shape the fastest correct kernel measured there
 a tuned template at its configuration, or a rewrite), so it is a dispatch table over everything
 measured and no shape is slower than the baseline. The report is part of the graph's output (so
 a parent graph or a notebook gets it) and, when the context names an output folder, written
-there: report.json, report.md, each winning kernel as `kernels/candidate-N.cu`, `best.cu` when
+there: report.json, report.md, each winning kernel as `kernels/candidate-N.cu` (`kernels/baseline.cu`
+where the baseline holds a shape), `best.cu` when
 one kernel at one configuration serves every shape (`single_kernel`; else the report says the
 table is the result; `best` is the candidate holding the most shapes), and `dispatch.json` in `astra export`'s format when the table holds only the baseline
 and the suite's own template, which is what export builds.
@@ -140,6 +141,11 @@ def render(report: dict) -> str:
     if untested:
         lines += ["", "Serving only the tested shapes: the odd shapes of candidates "
                   + ", ".join(str(w["id"]) for w in untested) + " were not measured (the recording lacks them)."]
+    for w in report["winners"]:
+        if "excludes" in w["odd_shapes"] or w["odd_shapes"].startswith("excluded"):
+            lines += ["", f"Candidate {w['id']} does not run at every shape of the kernel: its own constraints "
+                          f"exclude some of the odd shapes ({w['odd_shapes']}); dropped into SGLang alone it needs "
+                          "the baseline beside it for those."]
     cost = report["costs"]
     lines += ["", f"Stopped: {report['stop_reason']}", "", "## Cost", ""]
     for role, c in cost["models"].items():
@@ -173,13 +179,14 @@ def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         (out / "kernels").mkdir(parents=True, exist_ok=True)
         (out / "report.json").write_text(json.dumps(built, indent=2))
         (out / "report.md").write_text(render(built))
+        # An earlier run's files in the same folder would pass for this run's result.
+        for stale in [out / "best.cu", out / "dispatch.json", *(out / "kernels").glob("*.cu")]:
+            stale.unlink(missing_ok=True)
         for winner in built["winners"]:
-            (out / "kernels" / f"candidate-{winner['id']}.cu").write_text(winner["source"])
-        stale = out / "best.cu"
+            name = "baseline" if winner["origin"] == "baseline" else f"candidate-{winner['id']}"
+            (out / "kernels" / f"{name}.cu").write_text(winner["source"])
         if built["single_kernel"]:
-            stale.write_text(built["single_kernel"]["source"])
-        elif stale.exists():
-            stale.unlink()  # an earlier run's best.cu would pass for this run's result
+            (out / "best.cu").write_text(built["single_kernel"]["source"])
         if built["exportable"] and state.get("front"):
             (out / "dispatch.json").write_text(dispatch_table(state).model_dump_json(indent=2))
     geo = built["geomean_speedup"]

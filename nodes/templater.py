@@ -23,8 +23,8 @@ from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.toolchain.compiler import compile_source
 
-from astra_kernels.nodes.shared.attempts import failed, holder, next_id, repair_request, template_key
-from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt, to_messages
+from astra_kernels.nodes.shared.attempts import failed, holder, next_id, repair_messages, template_key
+from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
@@ -47,8 +47,7 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     folder = suite.load(state["kernel"])
     previous = state.get("candidate")
     if previous and previous.get("conversation") and previous["verdict"] in ("invalid", "compile_error", "incorrect"):
-        previous = Candidate.model_validate(previous)
-        messages = to_messages(previous.conversation) + [HumanMessage(repair_request(previous))]
+        messages = repair_messages(Candidate.model_validate(previous))
     else:
         best = holder(state)
         user = prompt("templater", format=(suite.SUITE_DIR / "FORMAT.md").read_text(), source=best.source,
@@ -75,6 +74,8 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         return {**failed(state, candidate.model_copy(update={"verdict": "compile_error", "message": str(exc)}),
                          "templater"), "calls": asker.calls}
     except AstraError as exc:  # an unusable answer, a malformed template, an excluded default
+        if getattr(exc, "conversation", None):
+            candidate = candidate.model_copy(update={"conversation": from_messages(exc.conversation)})
         return {**failed(state, candidate.model_copy(update={"verdict": "invalid", "message": str(exc)}),
                          "templater"), "calls": asker.calls}
     candidate = candidate.model_copy(update={"verdict": "passed"})

@@ -13,36 +13,10 @@ from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
-from astra_kernels.kernels_sglang import suite
 
 from astra_kernels.nodes.shared.attempts import first_line
-from astra_kernels.nodes.shared.measure import evaluate, precompile
+from astra_kernels.nodes.shared.measure import evaluate, odd_shapes, precompile
 from astra_kernels.nodes.shared.progress import say
-
-
-def odd_shapes(context, state: AgentState, candidate: Candidate) -> Candidate:
-    """The candidate with `odd_shapes` set: "passed", "unmeasured" (a replay without them), or
-    the failure, which makes the candidate incorrect."""
-    spec = suite.load(state["kernel"]).spec
-    run_labels = {spec.label(s) for s in state["shapes"]}
-    odd = [s for s in spec.shapes.get("odd", []) if spec.label(s) not in run_labels]
-    if not odd:
-        return candidate
-    checked = evaluate(context, state["kernel"], state["dtype"], odd, candidate.model_copy(update={"configs": {}}),
-                       time=False)
-    update = {"gpu_seconds": checked.gpu_seconds}
-    excluded = [m.label for m in checked.measurements if m.status == "excluded"]
-    if checked.verdict == "passed":
-        update["odd_shapes"] = "passed" + (f" (excludes {', '.join(excluded)}: another kernel serves them)"
-                                           if excluded else "")
-    elif checked.verdict == "invalid" and len(excluded) == len(odd):
-        update["odd_shapes"] = "excluded (another kernel serves them)"
-    elif checked.verdict == "unmeasured":
-        update["odd_shapes"] = "unmeasured"
-    else:
-        update.update(verdict=checked.verdict, odd_shapes=f"failed {checked.message[:300]}",
-                      message=f"(an odd shape, not timed) {checked.message}")
-    return candidate.model_copy(update=update)
 
 
 def test(state: AgentState, runtime: Runtime[RunContext]) -> dict:

@@ -22,7 +22,7 @@ from astra_kernels.jobs import tuning
 from astra_kernels.tools.search.runner import Budget
 
 from astra_kernels.nodes.shared.attempts import failed, next_id, template_key
-from astra_kernels.nodes.shared.measure import parse_candidate, stored_evaluator
+from astra_kernels.nodes.shared.measure import odd_shapes, parse_candidate, stored_evaluator
 from astra_kernels.nodes.shared.progress import say
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 
@@ -78,8 +78,10 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                           conversation=template.get("conversation", []) if template.get("source") == source else [],
                           message=space_summary(report))
     tuned = [*state.get("tuned", []), template_key(source)]
+    # Per shape, as every candidate: a shape with no correct configuration is one this template does
+    # not win; only a template correct nowhere goes back (to the templater, where it came from there).
     bad = next((m for m in measurements if m.status == "incorrect"), None)
-    if bad is not None:
+    if bad is not None and not any(m.status == "ok" for m in measurements):
         message = f"no configuration was correct at shape {bad.label}; {bad.message}"
         return {**failed(state, candidate.model_copy(update={"verdict": "incorrect", "message": message}), "tuner"),
                 "tuned": tuned, "search_seconds": searched_s}
@@ -91,6 +93,10 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
                 "tuned": tuned, "events": [line], "search_seconds": searched_s}
     candidate = candidate.model_copy(update={"verdict": "passed"})
+    if source != suite.load(state["kernel"]).template.source:  # the model's template: its odd shapes too
+        candidate = odd_shapes(context, state, candidate)
+        if candidate.verdict != "passed":
+            return {**failed(state, candidate, "tuner"), "tuned": tuned, "search_seconds": searched_s}
     line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; geometric mean {candidate.geomean_us():.2f} us")
     return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line], "search_seconds": searched_s,
             "tuning": {"source_key": template_key(source), "space": candidate.message, "configs": configs}}

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import hashlib
 
+from langchain_core.messages import HumanMessage
+
 from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
 
+from .chat import to_messages
 from .progress import say
 
 REPAIR = {
@@ -27,6 +30,16 @@ def repair_request(candidate: Candidate) -> str:
     return (f"{REPAIR.get(candidate.verdict, candidate.verdict + ':')}\n{candidate.message[:4000]}\n\n"
             "Fix it: answer with the whole corrected kernel in one ```cuda block, keeping the extern \"C\" "
             "signature.")
+
+
+def repair_messages(candidate: Candidate) -> list:
+    """The failed draft's conversation with the repair asked at its end. A conversation that ends
+    on our own question (the model never answered: a timeout, an outage) is asked again as it was,
+    so turns keep alternating, which many servers' chat templates require."""
+    messages = to_messages(candidate.conversation)
+    if messages and messages[-1].type == "human":
+        return messages
+    return messages + [HumanMessage(repair_request(candidate))]
 
 
 def next_id(state: AgentState) -> int:

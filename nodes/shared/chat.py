@@ -60,7 +60,12 @@ class ModelConfigError(AstraError):
 
 
 class MalformedAnswer(AstraError):
-    """The model's answer stayed unusable after one repair request."""
+    """The model's answer stayed unusable after one repair request; `conversation` holds both
+    answers, so a later repair is asked after them (turns keep alternating)."""
+
+    def __init__(self, message: str, conversation: list[BaseMessage] | None = None):
+        super().__init__(message)
+        self.conversation = conversation or []
 
 
 class ModelUnavailable(AstraError):
@@ -157,7 +162,7 @@ def preflight(model: BaseChatModel, context) -> None:
     """One tiny request, so an unreachable endpoint is a clear error before any GPU work. Its answer
     is capped at a few tokens: a base model asked for one word may write until its cap."""
     short = model
-    if _openai_endpoint(model) is not None:
+    if _openai_endpoint(model) is not None and context.base_url:  # OpenAI's reasoning models refuse max_tokens
         short = model.bind(max_tokens=8, extra_body={"max_tokens": 8})
     try:
         short.invoke([HumanMessage("Reply with the single word: ready")])
@@ -265,7 +270,7 @@ def ask_structured(asker: Asker, system: str, user: str, schema: type[Schema]) -
         try:
             return _with_repair(asker, messages, parse, again, bind)[0]
         except ModelUnavailable as exc:
-            if isinstance(exc, ModelTimedOut) or not ("400" in str(exc) or "response_format" in str(exc)):
+            if isinstance(exc, ModelTimedOut) or not ("Error code: 400" in str(exc) or "response_format" in str(exc)):
                 raise
             _REFUSES_RESPONSE_FORMAT.add(endpoint)  # asked once per process, not every round
     return _with_repair(asker, messages, parse, again)[0]
@@ -316,4 +321,5 @@ def _with_repair(asker: Asker, messages: list[BaseMessage], parse, ask_again: st
         try:
             return parse(_text(second)), repair + [AIMessage(_text(second))]
         except (ValueError, ValidationError, json.JSONDecodeError) as exc:
-            raise MalformedAnswer(f"the answer was unusable twice: {_why(exc, second)[:400]}") from exc
+            raise MalformedAnswer(f"the answer was unusable twice: {_why(exc, second)[:400]}",
+                                  repair + [AIMessage(_text(second))]) from exc

@@ -26,7 +26,7 @@ from astra_kernels.tools.search.runner import StoredEvaluator
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
 
-from astra_kernels.graph.state import Candidate, ShapeMeasurement
+from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement
 
 _WORKERS: dict[int, object] = {}
 _STORES: dict[str, ResultsStore] = {}
@@ -198,3 +198,29 @@ def launch_floor_us(context, kernel: str) -> float | None:
     empty.stream_timing = False
     result = worker.evaluate(empty)
     return result.timing.median_us if result.status == "ok" and result.timing else None
+
+
+def odd_shapes(context, state: AgentState, candidate: Candidate) -> Candidate:
+    """The candidate checked (not timed) at the kernel's `odd` shapes (widths that are not a
+    multiple of a vector, a single token), which the run does not time but a kernel dropped into
+    SGLang meets, with `odd_shapes` set: "passed" (naming the shapes its own constraints exclude),
+    "excluded", "unmeasured" (a replay without them), or the failure, which makes it incorrect."""
+    spec = suite.load(state["kernel"]).spec
+    run_labels = {spec.label(s) for s in state["shapes"]}
+    odd = [s for s in spec.shapes.get("odd", []) if spec.label(s) not in run_labels]
+    if not odd:
+        return candidate
+    checked = evaluate(context, state["kernel"], state["dtype"], odd, candidate.model_copy(update={"configs": {}}),
+                       time=False)  # a template at its default configuration
+    update = {"gpu_seconds": checked.gpu_seconds}
+    excluded = [m.label for m in checked.measurements if m.status == "excluded"]
+    if checked.verdict == "passed":
+        update["odd_shapes"] = "passed" + (f" where it runs; it excludes {', '.join(excluded)}" if excluded else "")
+    elif checked.verdict == "invalid" and len(excluded) == len(odd):
+        update["odd_shapes"] = f"excluded: it runs at none of {', '.join(excluded)}"
+    elif checked.verdict == "unmeasured":
+        update["odd_shapes"] = "unmeasured"
+    else:
+        update.update(verdict=checked.verdict, odd_shapes=f"failed {checked.message[:300]}",
+                      message=f"(an odd shape, not timed) {checked.message}")
+    return candidate.model_copy(update=update)

@@ -186,7 +186,46 @@ def test_roles_take_their_own_models(tmp_path):
                      results=str(tmp_path / "results.sqlite"))
     result = build_graph().compile().invoke(INPUT, config={"recursion_limit": recursion_limit(ctx)}, context=ctx)
     assert verdicts(result) == ["accepted"] and not planner.answers and not coder.answers
-    assert set(result["report"]["costs"]["models"]) == {"planner", "coder"}
+    models = result["report"]["costs"]["models"]
+    assert set(models) == {"planner", "coder", "preflight"} and models["preflight"]["calls"] == 2  # each endpoint
+
+
+def test_a_planner_without_a_coder_falls_back_to_the_rules_rather_than_ending(tmp_path):
+    planner = ScriptedChatModel(answers=["ready", decision("rewrite"), decision("stop")])
+    ctx = RunContext(planner_chat_model=planner, evaluator=FakeGPU(), results=str(tmp_path / "results.sqlite"),
+                     tune_sample=12, tune_seconds=20)
+    result = build_graph().compile().invoke(INPUT, config={"recursion_limit": recursion_limit(ctx)}, context=ctx)
+    assert [c["origin"] for c in result["history"]] == ["tune"]
+    assert any("the plan was to rewrite but no coder model is configured" in e for e in result["report"]["events"])
+
+
+def test_repairs_keep_the_turns_alternating_after_unusable_answers_and_timeouts(tmp_path):
+    """Chat templates of many servers (Gemma's, Mistral's) refuse two user turns in a row: a repair
+    after two unusable answers follows them, and a request that timed out is asked again as it was."""
+    timeout = openai.APITimeoutError(request=httpx.Request("POST", "http://x/v1/chat/completions"))
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), "no code", "still none", timeout,
+                                       code_answer("us=1.5"), decision("stop")])
+    result = run(tmp_path, model, retries=2)
+    assert verdicts(result) == ["invalid", "invalid", "accepted"]
+    after_unusable, after_timeout = model.seen[4], model.seen[5]
+    for messages in (after_unusable, after_timeout):
+        kinds = [m.type for m in messages]
+        assert all(a != b for a, b in zip(kinds, kinds[1:])), kinds
+    assert [m.content for m in after_unusable[2:5:2]] == ["no code", "still none"]
+    assert after_timeout == after_unusable  # the timed-out question, asked again unchanged
+
+
+def test_an_earlier_runs_files_do_not_pass_for_this_runs_result(tmp_path):
+    out = tmp_path / "out"
+    (out / "kernels").mkdir(parents=True)
+    for stale in ("best.cu", "dispatch.json", "kernels/candidate-9.cu"):
+        (out / stale).write_text("from an earlier run")
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("per-shape=16x4096:1.0,64x8192:5.0"),
+                                       decision("stop")])
+    run(tmp_path, model, out=str(out))
+    # the rewrite that won 16x4096 and the baseline that kept 64x8192
+    assert sorted(p.name for p in out.rglob("*.cu")) == ["baseline.cu", "candidate-1.cu"]
+    assert not (out / "dispatch.json").exists() and not (out / "best.cu").exists()
 
 
 def test_built_models_carry_the_roles_token_caps_and_no_client_retries():
