@@ -252,9 +252,10 @@ def ask_structured(asker: Asker, system: str, user: str, schema: type[Schema]) -
     """An instance of `schema` from the model's answer, with one repair request.
 
     An OpenAI-compatible model is asked for the schema as its response format (OpenAI's
-    `json_schema`; vLLM's and llama.cpp's servers constrain their decoding to it); a server that
-    refuses the option (HTTP 400) is asked again without it. The lenient parser reads every
-    answer either way, so a model that ignores the format still works."""
+    `json_schema`; vLLM's server constrains its decoding to it); a server that refuses the option
+    (a 400, or llama-cpp-python's 500 naming `response_format`) is asked again without it, and
+    not offered it again. The lenient parser reads every answer either way, so a model that
+    ignores the format still works."""
     instructions = (f"{system}\n\nAnswer with one JSON object that matches this JSON schema, and "
                     f"nothing else:\n{json.dumps(schema.model_json_schema())}")
     messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(user)]
