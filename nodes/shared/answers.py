@@ -76,7 +76,9 @@ def _scan(text: str) -> list[tuple[Block, int, int]]:
         fence, info = opening.group(1), opening.group(2).strip()
         indent = len(lines[i]) - len(lines[i].lstrip(" "))
         language = re.match(r"\{?\.?([^\s:{}]*)", info).group(1).lower()
-        closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
+        # Closed at any indentation (CommonMark allows three spaces): models indent the closing fence
+        # as deep as the code line it ends, and C++ has no line that is only backticks.
+        closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
         end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), None)
         body = lines[i + 1:end if end is not None else len(lines)]
         body = [line[min(indent, len(line) - len(line.lstrip(" "))):] for line in body]

@@ -210,7 +210,10 @@ class Asker:
             except Exception as exc:
                 kind = _failure_kind(exc)
                 self._record(started, "timed_out" if kind == "timeout" else "failed")
-                text = redact(f"the chat model did not answer: {type(exc).__name__}: {exc}", *_keys(self.model))[:600]
+                what = type(exc).__name__
+                if isinstance(exc, (AttributeError, TypeError)):  # an HTML page from a proxy, read as a completion
+                    what = f"Unexpected response type (not a chat completion): {what}"
+                text = redact(f"the chat model did not answer: {what}: {exc}", *_keys(self.model))[:600]
                 if kind == "timeout":
                     raise ModelTimedOut(text) from exc
                 if kind != "transient" or attempt == self.retries:

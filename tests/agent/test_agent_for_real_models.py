@@ -74,7 +74,7 @@ def test_an_answer_quoting_the_old_kernel_before_the_new_one_is_read_as_the_new_
               f"```CUDA\n{kernel('us=1.5')}```")
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), answer, decision("stop")])
     result = run(tmp_path, model)
-    assert verdicts(result) == ["accepted"] and 'fake_marker = "us=1.5"' in result["history"][0]["source"]
+    assert verdicts(result) == ["accepted"] and 'FAKE_MARKER "us=1.5"' in result["history"][0]["source"]
 
 
 def test_think_blocks_are_dropped_from_plans_and_code(tmp_path):
@@ -85,7 +85,7 @@ def test_think_blocks_are_dropped_from_plans_and_code(tmp_path):
     result = run(tmp_path, model)
     assert verdicts(result) == ["accepted"]
     assert result["history"][0]["idea"] == ["one CTA per 8 rows"]
-    assert 'fake_marker = "us=1.5"' in result["history"][0]["source"]
+    assert 'FAKE_MARKER "us=1.5"' in result["history"][0]["source"]
 
 
 def test_a_candidate_faster_at_one_shape_and_slower_at_another_is_kept_only_where_it_wins(tmp_path):

@@ -60,7 +60,7 @@ def test_a_compile_error_goes_back_to_the_generator_with_the_log(tmp_path):
     repair = model.seen[3]  # the repair is asked in the conversation that made the failed draft
     assert [m.type for m in repair] == ["system", "human", "ai", "human"]
     assert repair[1].content == model.seen[2][1].content  # what was asked
-    assert 'fake_marker = "compile_error"' in repair[2].content  # the failed code, as the model wrote it
+    assert 'FAKE_MARKER "compile_error"' in repair[2].content  # the failed code, as the model wrote it
     assert 'identifier "vv" is undefined' in repair[3].content and "did not compile" in repair[3].content
     assert result["report"]["geomean_speedup"] == pytest.approx(2.0)
 

@@ -247,7 +247,7 @@ def test_a_planted_key_reaches_no_file_and_no_log_of_astra_optimize(tmp_path):
     assert all(h["authorization"] == f"Bearer {KEY}" for h in endpoint.headers)  # the key was in use
     report = (out / "report.md").read_text()
     assert "Error code: 500" in report and "[redacted]" in report  # the echoed error was recorded, cut
-    assert {"checkpoints.sqlite", "results.sqlite", "report.json", "report.md", "best.cu"} <= {
+    assert {"checkpoints.sqlite", "results.sqlite", "report.json", "report.md", "kernels"} <= {
         p.name for p in out.iterdir()}
     for path in _written_files(out, cache):
         assert KEY.encode() not in path.read_bytes(), f"the key is in {path}"
@@ -271,7 +271,7 @@ def test_a_key_in_the_model_object_or_the_run_config_reaches_no_checkpoint(tmp_p
     with FaultyEndpoint(["ready", decision("tune"), Reply(status=500, content="x", echo_auth=True)]) as endpoint:
         model = ChatOpenAI(model="stub", base_url=endpoint.url, api_key=KEY, max_retries=0, timeout=10)
         ctx = RunContext(chat_model=model, evaluator=FakeGPU(), results=str(tmp_path / "results.sqlite"),
-                         tune_sample=12, tune_seconds=20, out=str(tmp_path / "out"))
+                         tune_sample=12, tune_seconds=20, out=str(tmp_path / "out"), max_retries=0)
         app = build_graph().compile(checkpointer=sqlite_checkpointer(tmp_path / "checkpoints.sqlite"))
         config = {"configurable": {"thread_id": "cfg", "openai_api_key": KEY, "note": f"Bearer {KEY}"},
                   "recursion_limit": recursion_limit(ctx)}

@@ -42,7 +42,7 @@ def kernel(marker: str) -> str:
     """The baseline with a marker the fake GPU reads: compile_error, wrong, us=N, or
     per-shape=LABEL:US,LABEL:US."""
     # The marker is code too, not only a comment: kernels that differ in comments alone are one kernel.
-    return f"// fake: {marker}\nstatic const char* fake_marker = \"{marker}\";\n{BASELINE}"
+    return f"// fake: {marker}\n#define FAKE_MARKER \"{marker}\"\n{BASELINE}"
 
 
 def code_answer(marker: str, words: str = "Split each row over more CTAs.") -> str:
