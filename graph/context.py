@@ -55,3 +55,8 @@ class RunContext:
     planner_chat_model: Any = None
     coder_chat_model: Any = None
     evaluator: Any = None
+
+    def has_model(self, role: str) -> bool:
+        """Whether the role ("planner" or "coder") has a model: its own object or name, else the run's."""
+        return bool(getattr(self, f"{role}_chat_model") or self.chat_model or getattr(self, f"{role}_model")
+                    or self.model)

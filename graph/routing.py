@@ -14,32 +14,22 @@ from langgraph.runtime import Runtime
 from langgraph.types import Send
 
 from .context import RunContext
-from .state import FAILED, AgentState
+from .state import FAILED, AgentState, next_candidate_id
 
 
 def after_load(state: AgentState) -> Literal["planner", "reporter"]:
     return "reporter" if state.get("stop_reason") else "planner"
 
 
-def _has_coder(context: RunContext) -> bool:
-    return bool(context.coder_chat_model or context.chat_model or context.coder_model or context.model)
-
-
-def _next_id(state: AgentState) -> int:
-    ids = [c["id"] for c in state.get("history", [])] + [d["id"] for d in state.get("drafts", [])]
-    ids += [c["id"] for c in (state.get("candidate"), state.get("baseline")) if c]
-    return max(ids, default=0) + 1
-
-
 def _to_generator(state: AgentState, slots: list[int]) -> list[Send]:
-    first = _next_id(state)
+    first = next_candidate_id(state)
     return [Send("generator", {**state, "slot": slot, "next_id": first}) for slot in slots]
 
 
 def after_planner(state: AgentState, runtime: Runtime[RunContext]):
     """To `candidates` generator branches, the templater, the tuner, or the reporter."""
     action = state["decision"]["action"]
-    if action in ("rewrite", "templatize") and not _has_coder(runtime.context):
+    if action in ("rewrite", "templatize") and not runtime.context.has_model("coder"):
         return "reporter"  # only a model rewrites or re-templates; the rules never ask for it
     if action == "rewrite":
         return _to_generator(state, list(range(max(1, runtime.context.candidates))))
@@ -70,6 +60,6 @@ def after_tuner(state: AgentState, runtime: Runtime[RunContext]) -> Literal["pro
     candidate = state["candidate"]
     if candidate["verdict"] not in FAILED:
         return "profiler"
-    if candidate.get("conversation") and _has_coder(runtime.context):
+    if candidate.get("conversation") and runtime.context.has_model("coder"):
         return _retry_or_plan(state, runtime, "templater")
     return "planner"

@@ -135,6 +135,14 @@ def merge_drafts(current: list[dict] | None, update: list[dict] | None) -> list[
     return [merged[slot] for slot in sorted(merged)]
 
 
+def next_candidate_id(state: dict) -> int:
+    """One more than any candidate id so far: the branches of a fan-out add their slot to it, so
+    ids never collide."""
+    ids = [c["id"] for c in state.get("history", [])] + [d["id"] for d in state.get("drafts", [])]
+    ids += [c["id"] for c in (state.get("candidate"), state.get("baseline")) if c]
+    return max(ids, default=0) + 1
+
+
 class AgentState(TypedDict, total=False):
     kernel: str
     dtype: str

@@ -20,7 +20,7 @@ from astra_kernels.graph.state import AgentState, Decision
 
 from astra_kernels.nodes.shared.attempts import history_text, holder, template_key
 from astra_kernels.nodes.shared.chat import (
-    Asker, MalformedAnswer, ModelUnavailable, ask_structured, has_model, make_chat_model, prompt,
+    Asker, MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt,
 )
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.progress import say
@@ -56,7 +56,7 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             decision = rule_based(state)
             decision.rationale = f"no usable plan from the model ({exc}); by the rules: {decision.rationale}"
         calls = asker.calls
-        if decision.action in ("rewrite", "templatize") and not has_model(context, "coder"):
+        if decision.action in ("rewrite", "templatize") and not context.has_model("coder"):
             wanted = decision.action
             decision = rule_based(state)
             decision.rationale = f"the plan was to {wanted} but no coder model is configured; by the rules: " \

@@ -9,7 +9,7 @@ import hashlib
 
 from langchain_core.messages import HumanMessage
 
-from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
+from astra_kernels.graph.state import AgentState, Candidate, FrontEntry, next_candidate_id
 
 from .chat import to_messages
 from .progress import say
@@ -43,10 +43,7 @@ def repair_messages(candidate: Candidate) -> list:
 
 
 def next_id(state: AgentState) -> int:
-    """One more than any id so far: parallel branches add their slot to it, so ids never collide."""
-    ids = [c["id"] for c in state.get("history", [])] + [d["id"] for d in state.get("drafts", [])]
-    ids += [c["id"] for c in (state.get("candidate"), state.get("baseline")) if c]
-    return max(ids, default=0) + 1
+    return next_candidate_id(state)
 
 
 def failed(state: AgentState, candidate: Candidate, node: str) -> dict:

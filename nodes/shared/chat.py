@@ -103,10 +103,6 @@ def role_settings(context, role: str) -> dict:
             "max_tokens": own("max_tokens")}
 
 
-def has_model(context, role: str = "coder") -> bool:
-    """Whether the role has a model, without building one."""
-    return bool(getattr(context, f"{role}_chat_model", None) or context.chat_model
-                or role_settings(context, role)["model"])
 
 
 def make_chat_model(context, role: str = "coder") -> BaseChatModel | None:
