@@ -16,14 +16,14 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, Decision
+from astra_kernels.graph.state import AgentState, Candidate, Decision, next_candidate_id
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.errors import AstraError, CompileError
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.toolchain.compiler import compile_source
 
-from astra_kernels.nodes.shared.attempts import failed, holder, next_id, repair_messages, template_key
+from astra_kernels.nodes.shared.attempts import failed, holder, repair_messages, template_key
 from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
@@ -54,7 +54,7 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                       searched=searched(state), facts=model_facts(state),
                       optimizations="\n".join(f"- {o}" for o in decision.optimizations) or "-")
         messages = [SystemMessage(prompt("generator_system")), HumanMessage(user)]
-    candidate = Candidate(id=next_id(state), origin="template", source="", idea=decision.optimizations,
+    candidate = Candidate(id=next_candidate_id(state), origin="template", source="", idea=decision.optimizations,
                           conversation=from_messages(messages))
     try:
         code, words, conversation = ask_code(asker, messages)

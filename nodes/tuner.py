@@ -16,12 +16,12 @@ import time
 from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement
+from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement, next_candidate_id
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs import tuning
 from astra_kernels.tools.search.runner import Budget
 
-from astra_kernels.nodes.shared.attempts import failed, next_id, template_key
+from astra_kernels.nodes.shared.attempts import failed, template_key
 from astra_kernels.nodes.shared.measure import odd_shapes, parse_candidate, stored_evaluator
 from astra_kernels.nodes.shared.progress import say
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
@@ -73,7 +73,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             floor_us=state["front"].get(shaped.label, {}).get("floor_us")))
     measured = sum(t.status != "unrecorded" for s in report.shapes for t in s.search.trials)
     template = state.get("candidate") or {}
-    candidate = Candidate(id=next_id(state), origin="tune", source=source, configs=configs, measurements=measurements,
+    candidate = Candidate(id=next_candidate_id(state), origin="tune", source=source, configs=configs, measurements=measurements,
                           rationale=f"{report.strategy} search, {measured} evaluations", idea=template.get("idea", []),
                           conversation=template.get("conversation", []) if template.get("source") == source else [],
                           message=space_summary(report))

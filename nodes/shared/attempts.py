@@ -1,5 +1,4 @@
-"""Attempts and their bookkeeping, shared by the nodes that make candidates: the next candidate's
-id, a failed attempt into the history (counted against the retries), the repair asked in the
+"""Attempts and their bookkeeping, shared by the nodes that make candidates: a failed attempt into the history (counted against the retries), the repair asked in the
 conversation that made it, the history told to the model, and the key under which a template
 counts as tuned."""
 
@@ -9,7 +8,7 @@ import hashlib
 
 from langchain_core.messages import HumanMessage
 
-from astra_kernels.graph.state import AgentState, Candidate, FrontEntry, next_candidate_id
+from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
 
 from .chat import to_messages
 from .progress import say
@@ -40,10 +39,6 @@ def repair_messages(candidate: Candidate) -> list:
     if messages and messages[-1].type == "human":
         return messages
     return messages + [HumanMessage(repair_request(candidate))]
-
-
-def next_id(state: AgentState) -> int:
-    return next_candidate_id(state)
 
 
 def failed(state: AgentState, candidate: Candidate, node: str) -> dict:

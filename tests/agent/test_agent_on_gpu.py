@@ -5,23 +5,20 @@ the measured speedup over the baseline."""
 
 from __future__ import annotations
 
-import re
 
 import pytest
 
 from support.agent_fakes import ScriptedChatModel, decision
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.nodes.reporter import fixed_source
 
 KNOWN_BETTER = {"THREADS": 128, "VEC": 4, "CHUNKS": 8, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1}
 
 
 def fixed_kernel(config: dict[str, int]) -> str:
     """The template with each parameter turned into a constant (`//@ derive`), no `default`."""
-    source = suite.load("silu_and_mul").template.source
-    for name, value in config.items():
-        source = re.sub(rf"^//@ param {name}:.*$", f"//@ derive {name} = {value}", source, flags=re.M)
-    return re.sub(r"^//@ default:.*\n", "", source, flags=re.M)
+    return fixed_source(suite.load("silu_and_mul").template.source, config)
 
 
 def test_the_rewrite_is_a_kernel_without_parameters():
