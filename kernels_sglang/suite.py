@@ -198,15 +198,17 @@ def compile_options(instance: Instance, dtype: str, variant_defines: dict[str, i
 
 def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
             variant: str = "default", config: dict[str, int] | None = None, *,
-            sms: int = DEFAULT_SMS, arch: str | None = None) -> EvaluationRequest | Exclusion:
-    """The evaluation request for one configuration at one shape, or why it cannot run there."""
-    template = folder.source_of(which)
+            sms: int = DEFAULT_SMS, arch: str | None = None,
+            source: Template | None = None) -> EvaluationRequest | Exclusion:
+    """The evaluation request for one configuration at one shape, or why it cannot run there.
+    `source` stands in for the folder's own `which` (a dispatch table's named source, a candidate)."""
+    template = source or folder.source_of(which)
     env = environment(folder.spec, shape, dtype, variant, sms, arch)
     instance = template.instantiate(template.default if config is None else config, env)
     if isinstance(instance, Exclusion):
         return instance
     prob = problem(folder, shape, dtype, variant)
-    name = "baseline" if which == "baseline" else "template " + ",".join(f"{k}={v}" for k, v in instance.config.items())
+    name = " ".join([which, ",".join(f"{k}={v}" for k, v in instance.config.items())]).strip()
     return EvaluationRequest(
         source=template.source, kernel=template.kernel, problem=prob,
         options=compile_options(instance, dtype, folder.spec.variants[variant], arch),

@@ -7,8 +7,10 @@ a parent graph or a notebook gets it) and, when the context names an output fold
 there: report.json, report.md, each winning kernel as `kernels/candidate-N.cu` (`kernels/baseline.cu`
 where the baseline holds a shape), `best.cu` when
 one kernel at one configuration serves every shape (`single_kernel`; else the report says the
-table is the result; `best` is the candidate holding the most shapes), and `dispatch.json` in `astra export`'s format when the table holds only the baseline
-and the suite's own template, which is what export builds.
+table is the result; `best` is the candidate holding the most shapes), and `dispatch.json`, the
+front in `astra export`'s format: the suite's template and baseline by name, every other winning
+kernel (a rewrite, a model's template) carried in the table as a named source `candidate-N`, so
+`astra export OUT` builds the whole result into one file.
 """
 
 from __future__ import annotations
@@ -88,20 +90,12 @@ def build_report(state: AgentState) -> dict:
                      "odd_shapes": known[i].get("odd_shapes", "")} for i in winners if i in known],
         "best": ({"id": best.id, "origin": best.origin, "source": best.source} if best else None),
         "single_kernel": single,
-        "exportable": _exportable(state["kernel"], front, known),
         "path": [{"id": c["id"], "origin": c["origin"], "verdict": c["verdict"],
                   "geomean_us": Candidate.model_validate(c).geomean_us(), "message": c["message"][:300]}
                  for c in state.get("history", [])],
         "costs": costs(state),
         "events": state.get("events", []),
     }
-
-
-def _exportable(kernel: str, front: dict[str, FrontEntry], known: dict[int, dict]) -> bool:
-    """Whether every shape runs the baseline or the suite's own template (what export builds)."""
-    template = suite.load(kernel).template.source
-    return bool(front) and all(e.origin == "baseline" or (e.origin == "tune" and known.get(e.candidate, {})
-                                                          .get("source") == template) for e in front.values())
 
 
 def _single_kernel(front: dict[str, FrontEntry], known: dict[int, dict]) -> dict | None:
@@ -126,10 +120,8 @@ def render(report: dict) -> str:
         lines += [f"One kernel serves every shape: candidate {single['id']} ({single['origin']}), in best.cu.", ""]
     elif len(report["winners"]) > 1 or any(r["config"] for r in report["shapes"]):
         lines += ["The result is a dispatch table: different kernels or configurations win different shapes "
-                  "(the table below; the kernels in kernels/). "
-                  + ("`astra export OUT` builds it into one .cu file with a launcher." if report["exportable"] else
-                     "`astra export` builds tables of the suite's template only; the rewrites here are "
-                     "separate kernels."), ""]
+                  "(the table below; the kernels in kernels/, the table in dispatch.json); "
+                  "`astra export OUT` builds it into one .cu file with a launcher.", ""]
     lines += ["| shape | baseline us | best us | speedup | kernel | configuration | fraction of copy bandwidth |",
               "|---|---|---|---|---|---|---|"]
     for r in report["shapes"]:
@@ -161,15 +153,26 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dispatch_table(state: AgentState) -> DispatchTable | None:
-    """The front in `astra export`'s format, when it holds only the baseline and the suite's template."""
-    spec = suite.load(state["kernel"]).spec
-    entries = []
+def dispatch_table(state: AgentState) -> DispatchTable:
+    """The front in `astra export`'s format: each shape's winner as the baseline, the suite's
+    template (a candidate whose source is the template's own text), or a named source
+    `candidate-N` that the table carries."""
+    folder = suite.load(state["kernel"])
+    known = {c["id"]: c for c in state.get("history", [])}
+    entries, sources = [], {}
     for shape in state["shapes"]:
-        entry = FrontEntry.model_validate(state["front"][spec.label(shape)])
-        entries.append(DispatchEntry(shape=shape, config=entry.config, median_us=entry.median_us,
-                                     source="baseline" if entry.origin == "baseline" else "template"))
-    return DispatchTable(kernel=state["kernel"], dtype=state["dtype"], variant="default", entries=entries)
+        entry = FrontEntry.model_validate(state["front"][folder.spec.label(shape)])
+        source = known.get(entry.candidate, {}).get("source")
+        if entry.origin == "baseline":
+            name = "baseline"
+        elif source == folder.template.source:
+            name = "template"
+        else:
+            name = f"candidate-{entry.candidate}"
+            sources[name] = source
+        entries.append(DispatchEntry(shape=shape, config=entry.config, median_us=entry.median_us, source=name))
+    return DispatchTable(kernel=state["kernel"], dtype=state["dtype"], variant="default", entries=entries,
+                         sources=sources)
 
 
 def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -187,7 +190,7 @@ def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             (out / "kernels" / f"{name}.cu").write_text(winner["source"])
         if built["single_kernel"]:
             (out / "best.cu").write_text(built["single_kernel"]["source"])
-        if built["exportable"] and state.get("front"):
+        if state.get("front"):
             (out / "dispatch.json").write_text(dispatch_table(state).model_dump_json(indent=2))
     geo = built["geomean_speedup"]
     line = say("reporter", f"done: {built['stop_reason']}" + (f"; {geo:.3f}x over the baseline" if geo else ""))

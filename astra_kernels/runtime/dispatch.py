@@ -7,16 +7,23 @@ template's constraints admit at the new shape, else the general configuration, e
 configuration the shape admits that is fewest value steps from the nearest tuned shape's (at an
 odd width, say, the same threads and CTAs per row with narrower vectors), so the launcher never
 picks a configuration that cannot run there, nor a slow one when a near one runs.
+
+Besides the kernel folder's template and baseline, a table may carry named sources of its own
+(`sources`): the agent's result holds, at some shapes, a model's rewrite or a model's template,
+and the table is then the whole result, which `astra export` builds into one file. An entry
+names the source it runs, at a configuration of that source's parameters; the fallbacks past
+the tuned entries (general configuration, closest runnable) stay the folder's template.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple
+import re
+from typing import NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr, model_validator
 
-from astra_kernels.tools.templating.template import Exclusion
+from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
 
 from astra_kernels.kernels_sglang import suite
 
@@ -25,11 +32,17 @@ class DispatchEntry(BaseModel):
     shape: dict[str, int]
     config: dict[str, int]
     median_us: float | None = None
-    source: Literal["template", "baseline"] = "template"  # baseline: nothing measured there beat it
+    # "template", "baseline" (nothing measured there beat it) or a name among the table's sources
+    source: str = "template"
+
+
+FOLDER_SOURCES = ("template", "baseline")
+_SOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 
 
 class Pick(NamedTuple):
-    """What to launch at a shape: the template at `config`, or the baseline (`config` empty)."""
+    """What to launch at a shape: `source` (the template, the baseline or a named source of the
+    table) at `config`, its parameters' values (empty for the baseline)."""
 
     config: dict[str, int]
     picked_by: str
@@ -42,6 +55,39 @@ class DispatchTable(BaseModel):
     variant: str
     entries: list[DispatchEntry]
     general: dict[str, int] | None = None
+    sources: dict[str, str] = {}  # name -> source text: kernels of this table besides the folder's two
+    _parsed: dict = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sources_named(self) -> "DispatchTable":
+        for name in self.sources:
+            if name in FOLDER_SOURCES or not _SOURCE_NAME.match(name):
+                raise ValueError(f"source name {name!r} must be a letter then letters, digits, '-' or '_', "
+                                 f"and not {' or '.join(FOLDER_SOURCES)}")
+        for entry in self.entries:
+            if entry.source not in FOLDER_SOURCES and entry.source not in self.sources:
+                raise ValueError(f"an entry runs source {entry.source!r}, which is neither "
+                                 f"{' nor '.join(FOLDER_SOURCES)} nor among the table's sources "
+                                 f"({', '.join(self.sources) or 'none'})")
+        return self
+
+    def source_names(self) -> list[str]:
+        """Every source the table can launch, in a fixed order: the folder's template and baseline, then its own."""
+        return [*FOLDER_SOURCES, *self.sources]
+
+    def source_of(self, name: str) -> Template:
+        """The parsed source `name`; a named source that does not parse is a TemplateError naming it."""
+        if name in FOLDER_SOURCES:
+            return suite.load(self.kernel).source_of(name)
+        if name not in self._parsed:
+            if name not in self.sources:
+                raise suite.AstraError(f"{self.kernel}: the table has no source {name!r}")
+            symbols = suite.template_symbols(suite.load(self.kernel).spec)
+            try:
+                self._parsed[name] = parse_template(self.sources[name], f"{name}.cu", symbols)
+            except TemplateError as exc:
+                raise TemplateError(f"the table's source {name}: {exc}") from None
+        return self._parsed[name]
 
     def pick(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> Pick:
         """The configuration to launch at `shape` on a GPU of `sms` multiprocessors and `arch`, and
@@ -49,8 +95,8 @@ class DispatchTable(BaseModel):
         folder = suite.load(self.kernel)
         env = suite.environment(folder.spec, shape, self.dtype, self.variant, sms, arch)
 
-        def admits(config) -> bool:
-            return not isinstance(folder.template.instantiate(config, env), Exclusion)
+        def admits(config, source: str = "template") -> bool:
+            return not isinstance(self.source_of(source).instantiate(config, env), Exclusion)
 
         def distance(entry: DispatchEntry) -> float:
             return sum(abs(math.log(entry.shape[s]) - math.log(shape[s])) for s in folder.spec.symbols)
@@ -60,8 +106,9 @@ class DispatchTable(BaseModel):
             where = "tuned" if distance(entry) == 0 else f"nearest tuned shape {folder.spec.label(entry.shape)}"
             if entry.source == "baseline":  # the baseline runs at every shape
                 return Pick({}, f"{where}: the baseline", "baseline")
-            if admits(entry.config):
-                return Pick(entry.config, where)
+            if admits(entry.config, entry.source):
+                named = "" if entry.source == "template" else f": {entry.source}"
+                return Pick(entry.config, where + named, entry.source)
         if self.general and admits(self.general):
             return Pick(self.general, "general configuration")
         templated = [e for e in ranked if e.source == "template"]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.errors import AstraError
-from astra_kernels.tools.templating.template import Instance
+from astra_kernels.tools.templating.template import Instance, Template
 
 MANIFEST = "export.json"
-FORMAT_VERSION = 2  # 1: no "format" field (before 2026-11-24); 2: the field itself
+# 1: no "format" field (before 2026-11-24); 2: the field itself; 3: the table may hold named
+# sources (the agent's rewrites and model templates), and the plan's `source` indexes them.
+FORMAT_VERSION = 3
 
 
 class ExportError(AstraError):
@@ -27,7 +28,7 @@ class Binary:
     """One kernel of the exported file: a source at a configuration with its shape-derived defines."""
 
     name: str
-    source: str  # "template" or "baseline"
+    source: str  # "template", "baseline" or a name among the table's sources
     config: dict[str, int]
     derived: dict[str, int]
     fast_math: bool
@@ -53,12 +54,11 @@ class Group:
             [f"-maxrregcount={self.max_registers}"] if self.max_registers else [])
 
 
-def binary_key(folder: suite.KernelFolder, source: str, config: dict[str, int], instance: Instance) -> tuple:
-    """What makes two picks the same binary: the source, its parameters, the values its `derive`
-    lines give at the shape, and the compile flags the template sets there."""
-    template = folder.source_of(source)
+def binary_key(template: Template, source: str, config: dict[str, int], instance: Instance) -> tuple:
+    """What makes two picks the same binary: the source (`template` parsed), its parameters, the
+    values its `derive` lines give at the shape, and the compile flags the source sets there."""
     derived = tuple(int(instance.defines[d.name]) for d in template.derived)
-    values = tuple(int(config[p]) for p in template.names) if source == "template" else ()
+    values = tuple(int(config[p]) for p in template.names)
     return (source, values, derived, int(instance.fast_math), int(instance.max_registers or 0))
 
 

@@ -9,7 +9,7 @@ mistake is an error naming the argument rather than a wrong answer, and the laun
 stream the framework is using: torch's current stream for torch tensors, so the call orders with
 the model's other work and is captured into CUDA graphs; the legacy default stream otherwise, or
 `stream=` when given. A pick the file lacks (a shape outside the export's coverage whose
-`derive` values differ) is compiled from the template on demand, as the tuner's launcher does.
+`derive` values differ) is compiled from its source on demand, as the tuner's launcher does.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Launch:
     grid: tuple[int, ...]
     block: tuple[int, ...]
     shared_bytes: int
-    from_file: bool  # False: compiled from the template because the file lacks this pick
+    from_file: bool  # False: compiled from its source because the file lacks this pick
 
 
 class _OnDevice:
@@ -131,12 +131,12 @@ class ExportedKernel:
         if any(shape[s] < 1 for s in self.spec.symbols):
             raise LaunchArgumentError(f"{self.name}: shape {shape} must be positive")
         pick = self.table.pick(shape, sms, arch)
-        template = self.kernel_folder.source_of(pick.source)
+        template = self.table.source_of(pick.source)
         env = suite.environment(self.spec, shape, self.dtype, self.table.variant, sms, arch)
         instance = template.instantiate(pick.config, env)
         if isinstance(instance, Exclusion):
             raise AstraError(f"{self.name}: the {pick.source} cannot run at {self.spec.label(shape)}: {instance.reason}")
-        name = self.binaries.get(binary_key(self.kernel_folder, pick.source, pick.config, instance))
+        name = self.binaries.get(binary_key(template, pick.source, pick.config, instance))
         launch = Launch(name, pick.source, dict(pick.config), pick.picked_by, instance.grid, instance.block,
                         instance.shared_bytes, name is not None)
         self._plans[key] = launch
@@ -185,7 +185,8 @@ class ExportedKernel:
             return on.kernels[launch.kernel]
         props = on.device.properties
         request = suite.request(self.kernel_folder, launch.source, shape, self.dtype, self.table.variant,
-                                launch.config or None, sms=props.multiprocessors, arch=props.arch)
+                                launch.config or None, sms=props.multiprocessors, arch=props.arch,
+                                source=self.table.source_of(launch.source))
         key = request.options.model_dump_json()
         with self._lock:
             if key not in on.kernels:

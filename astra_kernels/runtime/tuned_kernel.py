@@ -27,7 +27,7 @@ class LaunchPlan:
     grid: tuple[int, ...]
     block: tuple[int, ...]
     shared_bytes: int
-    source: str = "template"  # or "baseline", where no tuned configuration beat it
+    source: str = "template"  # "baseline" where no tuned configuration beat it, or a named source of the table
 
 
 class TunedKernel:
@@ -44,7 +44,7 @@ class TunedKernel:
     def plan(self, **shape: int) -> LaunchPlan:
         sms, arch = self.device.properties.multiprocessors, self.device.properties.arch
         pick = self.table.pick(shape, sms, arch)
-        template = self.folder.source_of(pick.source)
+        template = self.table.source_of(pick.source)
         env = suite.environment(self.folder.spec, shape, self.table.dtype, self.table.variant, sms, arch)
         instance = template.instantiate(pick.config, env)
         if isinstance(instance, Exclusion):  # pick() only returns admitted configurations
@@ -56,7 +56,7 @@ class TunedKernel:
         row, say) are compile-time defines, so the binary is keyed by its options, not the config."""
         request = suite.request(self.folder, plan.source, shape, self.table.dtype, self.table.variant,
                                 plan.config or None, sms=self.device.properties.multiprocessors,
-                                arch=self.device.properties.arch)
+                                arch=self.device.properties.arch, source=self.table.source_of(plan.source))
         key = request.options.model_dump_json()
         if key not in self._loaded:
             module = compile_source(request.source, request.options)

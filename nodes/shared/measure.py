@@ -11,7 +11,6 @@ by it (a server runs many graphs), so nodes only borrow them.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import threading
 from pathlib import Path
 
@@ -101,13 +100,12 @@ def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
         which, template = "baseline", folder.baseline
     else:
         which, template = "template", parse_candidate(kernel, candidate.source)
-        folder = dataclasses.replace(folder, template=template)
     planned = []
     for shape in shapes:
         label = folder.spec.label(shape)
         config = candidate.configs.get(label) or template.default
         req = suite.request(folder, which, shape, dtype, "default", config if which == "template" else None,
-                            sms=sms, arch=arch)
+                            sms=sms, arch=arch, source=template)
         planned.append((shape, label, config, req))
     return template, planned
 

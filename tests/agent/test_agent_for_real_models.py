@@ -13,9 +13,12 @@ import openai
 import pytest
 
 from support.agent_fakes import BASELINE, FakeGPU, ScriptedChatModel, code_answer, decision, kernel
+from astra_kernels.cli import main
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.nodes.shared.chat import Asker, ModelTimedOut, ModelUnavailable
+from astra_kernels.runtime.dispatch import DispatchTable
+from astra_kernels.runtime.exported_kernel import load_callable
 
 SHAPES = [{"T": 16, "D": 4096}, {"T": 64, "D": 8192}]
 INPUT = {"kernel": "silu_and_mul", "shapes": SHAPES}
@@ -225,7 +228,28 @@ def test_an_earlier_runs_files_do_not_pass_for_this_runs_result(tmp_path):
     run(tmp_path, model, out=str(out))
     # the rewrite that won 16x4096 and the baseline that kept 64x8192
     assert sorted(p.name for p in out.rglob("*.cu")) == ["baseline.cu", "candidate-1.cu"]
-    assert not (out / "dispatch.json").exists() and not (out / "best.cu").exists()
+    assert not (out / "best.cu").exists()
+    table = DispatchTable.model_validate_json((out / "dispatch.json").read_text())
+    assert [e.source for e in table.entries] == ["candidate-1", "baseline"]
+    assert table.sources["candidate-1"] == (out / "kernels" / "candidate-1.cu").read_text()
+
+
+def test_a_result_mixing_a_rewrite_and_the_baseline_exports_as_one_file(tmp_path):
+    """The run's dispatch.json carries the rewrite as a named source: `astra export OUT` builds the
+    whole front (the rewrite at 16x4096, the baseline at 64x8192) into one file, whose pick
+    follows the front and whose device part NVRTC compiles."""
+    out = tmp_path / "out"
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("per-shape=16x4096:1.0,64x8192:5.0"),
+                                       decision("stop")])
+    run(tmp_path, model, out=str(out))
+    assert "`astra export OUT` builds it" in (out / "report.md").read_text()
+    assert main(["export", str(out), "--out", str(tmp_path / "exported")]) == 0
+    exported = load_callable(tmp_path / "exported")
+    assert exported.plan({"T": 16, "D": 4096}).picked_by == "tuned: candidate-1"
+    assert exported.plan({"T": 64, "D": 8192}).picked_by == "tuned: the baseline"
+    names = set().union(*(m.kernels for m in exported.compile("sm_90")))
+    assert names == {b["name"] for b in exported.manifest["binaries"]}
+    assert "Tuned on:      Fake GPU (sm_90)" in (tmp_path / "exported" / "silu_and_mul.cu").read_text()
 
 
 def test_built_models_carry_the_roles_token_caps_and_no_client_retries():

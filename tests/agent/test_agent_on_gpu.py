@@ -6,6 +6,7 @@ the measured speedup over the baseline."""
 from __future__ import annotations
 
 
+import numpy as np
 import pytest
 
 from support.agent_fakes import ScriptedChatModel, decision
@@ -89,3 +90,33 @@ def test_best_of_three_keeps_each_candidate_only_where_it_wins(tmp_path):
         assert row["best_us"] <= row["baseline_us"]
     assert result["report"]["single_kernel"] is None and not (tmp_path / "out" / "best.cu").exists()
     assert result["report"]["costs"]["gpu_seconds"] > 0
+    _assert_the_export_runs_the_front(tmp_path, front)
+
+
+def _assert_the_export_runs_the_front(tmp_path, front: dict) -> None:
+    """`astra export OUT` of the run: at each shape the exported callable runs the kernel that
+    holds it in the front (a rewrite by its candidate name, else the baseline) and matches the
+    float64 reference."""
+    torch = pytest.importorskip("torch")
+    from astra_kernels.cli import main
+    from astra_kernels.jobs import torch_tensors
+    from astra_kernels.runtime.exported_kernel import load_callable
+    from astra_kernels.tools.measuring.correctness import compare
+
+    assert main(["export", str(tmp_path / "out"), "--out", str(tmp_path / "exported")]) == 0
+    exported = load_callable(tmp_path / "exported")
+    folder = suite.load("silu_and_mul")
+    for shape in PER_SHAPE:
+        label = folder.spec.label(shape)
+        holder = front[label]
+        inputs = folder.reference.make_inputs(np.random.default_rng(3), shape, "bf16", "default")
+        expected = folder.reference.reference(inputs, shape, "bf16", "default")["out"]
+        x = torch_tensors.to_torch(inputs["x"], "cuda")
+        out = torch.full((shape["T"], shape["D"]), float("nan"), dtype=torch.bfloat16, device="cuda")
+        launch = exported(x, out)
+        torch.cuda.synchronize()
+        wanted = "the baseline" if holder["origin"] == "baseline" else f"candidate-{holder['candidate']}"
+        assert launch.picked_by == f"tuned: {wanted}", (label, launch)
+        problem = suite.problem(folder, shape, "bf16")
+        result = compare("out", torch_tensors.to_numpy(out), expected, problem.tolerance("bf16"))
+        assert result.passed, f"{label} ({launch.kernel}): {result.detail}"

@@ -25,6 +25,7 @@ from astra_kernels.runtime.exported_kernel import load_callable
 from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.errors import LaunchArgumentError
 from astra_kernels.tools.toolchain.interop import TensorView
+from support.mixed_table import mixed_silu_and_mul_table
 
 NVCC = shutil.which("nvcc")
 KERNELS = ["rmsnorm", "silu_and_mul", "fused_add_rmsnorm", "merge_attn_states"]
@@ -108,7 +109,8 @@ def _assert_tuners_machine_code(folder: Path) -> None:
     folder = kernel_export.kernel_folder
     for b in binaries:
         request = suite.request(folder, b["source"], folder.spec.parse_shape(b["at"]), kernel_export.dtype,
-                                kernel_export.table.variant, b["config"] or None)
+                                kernel_export.table.variant, b["config"] or None,
+                                source=kernel_export.table.source_of(b["source"]))
         tuned = _text_sections(compile_source(request.source, request.options).cubin)[f".text.{request.kernel}"]
         assert code[f".text.{b['name']}"] == tuned, f"{b['name']} differs from the tuner's binary at {b['at']}"
 
@@ -123,9 +125,10 @@ int main() {
         for (int s = 0; s < SYMBOLS; ++s) scanf("%lld", &shape[s]);
         KERNEL_plan plan;
         if (KERNEL_pick(shape, sms, sm, &plan) != 0) { printf("error\t%s\n", plan.error); continue; }
-        printf("%s\t%s\t%u,%u,%u\t%u,%u,%u\t%llu\t", plan.kernel ? plan.kernel : "-", plan.picked_by,
-               plan.grid[0], plan.grid[1], plan.grid[2], plan.block[0], plan.block[1], plan.block[2], plan.shared_bytes);
-        for (int p = 0; p < PARAMS; ++p) printf("%lld,", plan.source == 0 ? plan.config[p] : -1LL);
+        printf("%s\t%s\t%u,%u,%u\t%u,%u,%u\t%llu\t%d\t", plan.kernel ? plan.kernel : "-", plan.picked_by,
+               plan.grid[0], plan.grid[1], plan.grid[2], plan.block[0], plan.block[1], plan.block[2], plan.shared_bytes,
+               plan.source);
+        for (int p = 0; p < PARAMS; ++p) printf("%lld,", plan.config[p]);
         printf("\n");
     }
     return 0;
@@ -139,32 +142,36 @@ def built(exported, tmp_path_factory) -> dict[str, Path]:
     if NVCC is None:
         pytest.skip("nvcc is not installed here: the whole-file build and the C++ pick are not checked")
     root = tmp_path_factory.mktemp("nvcc")
-    programs = {}
-    for kernel, folder in exported.items():
-        manifest = _manifest(folder)
-        objects = []
-        for args, name in export.object_builds(kernel, [export_format.Group(**g) for g in manifest["groups"]], "sm_90"):
-            build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
-            assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
-            objects.append(str(folder / name))
-        main_cu = root / f"{kernel}_pick.cu"
-        params = len(suite.load(kernel).template.names)
-        main_cu.write_text(PICK_MAIN.replace("KERNEL", kernel).replace("SYMBOLS", str(len(suite.load(kernel).spec.symbols)))
-                           .replace("PARAMS", str(params)))
-        program = root / f"{kernel}_pick"
-        link = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", f"-I{folder}", str(main_cu), *objects, "-o", str(program)],
-                              capture_output=True, text=True, timeout=600)
-        assert link.returncode == 0, f"linking the pick program of {kernel}:\n{link.stderr[-3000:]}"
-        programs[kernel] = program
-    return programs
+    return {kernel: _pick_program(folder, root) for kernel, folder in exported.items()}
 
 
-def _queries(kernel: str, count: int = 60, seed: int = 11) -> list[tuple[int, int, dict]]:
+def _pick_program(folder: Path, root: Path) -> Path:
+    """The exported folder's .cu built by nvcc per its header, linked into a program that reads
+    queries (sms, sm, the shape) and prints the C++ pick of each."""
+    manifest = _manifest(folder)
+    kernel = manifest["kernel"]
+    objects = []
+    for args, name in export.object_builds(kernel, [export_format.Group(**g) for g in manifest["groups"]], "sm_90"):
+        build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
+        assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
+        objects.append(str(folder / name))
+    main_cu = root / f"{kernel}_pick.cu"
+    params = export.plan_array_sizes(DispatchTable.model_validate(manifest["table"]))[0]
+    main_cu.write_text(PICK_MAIN.replace("KERNEL", kernel).replace("SYMBOLS", str(len(suite.load(kernel).spec.symbols)))
+                       .replace("PARAMS", str(params)))
+    program = root / f"{kernel}_pick"
+    link = subprocess.run([NVCC, "-arch=sm_90", "-std=c++17", f"-I{folder}", str(main_cu), *objects, "-o", str(program)],
+                          capture_output=True, text=True, timeout=600)
+    assert link.returncode == 0, f"linking the pick program of {kernel}:\n{link.stderr[-3000:]}"
+    return program
+
+
+def _queries(kernel: str, count: int = 60, seed: int = 11, table: DispatchTable | None = None) -> list[tuple[int, int, dict]]:
     """The table's and the spec's shapes, and random ones (odd sizes among them), at two GPU sizes
     and on sm_90 and sm_80 (where cluster configurations are excluded, so picks move)."""
     spec = suite.load(kernel).spec
-    shapes = export.covered_shapes(
-        DispatchTable.model_validate_json((tuned_tables.TUNED_DIR / "h200" / f"{kernel}.json").read_text()), suite.load(kernel))
+    table = table or DispatchTable.model_validate_json((tuned_tables.TUNED_DIR / "h200" / f"{kernel}.json").read_text())
+    shapes = export.covered_shapes(table, suite.load(kernel))
     rng = random.Random(seed)
     for _ in range(count):
         shape = {}
@@ -179,12 +186,16 @@ def _queries(kernel: str, count: int = 60, seed: int = 11) -> list[tuple[int, in
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_cpp_pick_is_dispatch_py_pick(exported, built, kernel):
-    kernel_export = load_callable(exported[kernel])
+    _assert_cpp_pick_is_python_pick(exported[kernel], built[kernel], _queries(kernel))
+
+
+def _assert_cpp_pick_is_python_pick(folder: Path, program: Path, queries: list[tuple[int, int, dict]]) -> None:
+    kernel_export = load_callable(folder)
+    kernel = kernel_export.name
     spec = kernel_export.spec
-    names = kernel_export.kernel_folder.template.names
-    queries = _queries(kernel)
+    params = export.plan_array_sizes(kernel_export.table)[0]
     text = "".join(f"{sms} {sm} {' '.join(str(shape[s]) for s in spec.symbols)}\n" for sms, sm, shape in queries)
-    run = subprocess.run([str(built[kernel])], input=text, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([str(program)], input=text, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert len(lines) == len(queries)
@@ -197,14 +208,15 @@ def test_cpp_pick_is_dispatch_py_pick(exported, built, kernel):
             assert line.startswith("error"), f"{where}: Python says {exc}, C++ says {line}"
             continue
         assert not line.startswith("error"), f"{where}: C++ says {line}, Python picks {plan}"
-        name, picked_by, grid, block, shared, config = line.split("\t")
+        name, picked_by, grid, block, shared, source, config = line.split("\t")
         assert picked_by == plan.picked_by, where
         assert name == (plan.kernel or "-"), f"{where}: C++ launches {name}, Python {plan.kernel}"
         assert grid == ",".join(str(d) for d in (*plan.grid, 1, 1)[:3]), where
         assert block == ",".join(str(d) for d in (*plan.block, 1, 1)[:3]), where
         assert int(shared) == plan.shared_bytes, where
-        if plan.source == "template":
-            assert config == "".join(f"{plan.config[n]}," for n in names), where
+        assert int(source) == kernel_export.table.source_names().index(plan.source), where
+        values = [plan.config[n] for n in kernel_export.table.source_of(plan.source).names]
+        assert config == "".join(f"{v}," for v in values + [0] * (params - len(values))), where
         missing += plan.kernel is None
     assert missing < len(queries)  # most random shapes find their kernel in the file
 
@@ -218,6 +230,62 @@ def test_cpp_launch_without_a_kernel_for_the_pick_says_which_shape(exported, bui
     run = subprocess.run([str(built["merge_attn_states"])], input="132 90 64 8 88\n", capture_output=True,
                          text=True, timeout=60)
     assert run.stdout.startswith("-\t"), run.stdout
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    """The agent-like table (tests/support/mixed_table.py) exported from a folder holding its dispatch.json."""
+    root = tmp_path_factory.mktemp("mixed")
+    (root / "agent").mkdir()
+    (root / "agent" / "dispatch.json").write_text(mixed_silu_and_mul_table().model_dump_json(indent=2))
+    export.export(export.resolve_source(root / "agent"), root / "out")
+    return root / "out"
+
+
+def test_a_table_with_rewrites_and_model_templates_exports_each_to_the_tuners_code(mixed):
+    """A table whose shapes are held by a rewrite, a model's template, the suite's template and the
+    baseline: the file holds a kernel of each at their shapes, each NVRTC-compiled to the machine
+    code of the tuner's own compile of that source, and the pick names the source at its shapes."""
+    manifest = _manifest(mixed)
+    sources = {b["source"] for b in manifest["binaries"]}
+    assert {"candidate-3", "candidate-5", "template"} <= sources
+    _assert_tuners_machine_code(mixed)
+    kernel_export = load_callable(mixed)
+    assert kernel_export.plan({"T": 16, "D": 4096}).picked_by == "tuned: candidate-3"
+    plan = kernel_export.plan({"T": 16, "D": 12288})
+    assert (plan.source, plan.config, plan.picked_by) == ("candidate-5", {"THREADS": 256, "SPLIT": 2}, "tuned: candidate-5")
+    assert plan.grid == (32,) and plan.block == (256,)
+    # 16x4095 is nearest 16x4096, whose rewrite needs an even D: the next nearest entry's source runs
+    assert kernel_export.plan({"T": 16, "D": 4095}).source != "candidate-3"
+    cu = (mixed / "silu_and_mul.cu").read_text()
+    assert "candidate-3: kernel silu_flat" in cu and "candidate-5 THREADS=256 SPLIT=2" in cu
+
+
+def test_cpp_pick_of_a_table_with_rewrites_is_dispatch_py_pick(mixed, tmp_path):
+    if NVCC is None:
+        pytest.skip("nvcc is not installed here: the whole-file build and the C++ pick are not checked")
+    queries = _queries("silu_and_mul", table=mixed_silu_and_mul_table())
+    queries += [(132, 90, {"T": 16, "D": 4095}), (132, 90, {"T": 31, "D": 5121})]
+    _assert_cpp_pick_is_python_pick(mixed, _pick_program(mixed, tmp_path), queries)
+
+
+def test_a_table_source_that_is_not_a_kernel_is_refused_by_name(tmp_path):
+    table = mixed_silu_and_mul_table().model_dump()
+    table["sources"]["candidate-3"] = table["sources"]["candidate-3"].replace("//@ kernel: silu_flat\n", "")
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    with pytest.raises(export_format.ExportError, match="the table's source candidate-3"):
+        export.export(export.resolve_source(tmp_path / "dispatch.json"), tmp_path / "out")
+    table = mixed_silu_and_mul_table().model_dump()
+    table["entries"][0]["source"] = "candidate-9"
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    with pytest.raises(export_format.ExportError, match="runs source 'candidate-9'"):
+        export.resolve_source(tmp_path / "dispatch.json")
+    table = mixed_silu_and_mul_table().model_dump()
+    table["entries"][0]["config"] = {"THREADS": 96, "SPLIT": 1}
+    table["entries"][0]["source"] = "candidate-5"
+    (tmp_path / "dispatch.json").write_text(json.dumps(table))
+    with pytest.raises(export_format.ExportError, match="THREADS=96 is not among the candidate-5's values"):
+        export.export(export.resolve_source(tmp_path / "dispatch.json"), tmp_path / "out")
 
 
 def test_exports_from_a_tuning_folder_and_with_extra_shapes(tmp_path):

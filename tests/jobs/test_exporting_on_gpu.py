@@ -2,7 +2,8 @@
 current stream, CUDA-graph capture, a pick the file lacks compiled on demand), the nvcc-built
 shared library of the standalone .cu launched through ctypes, and the README's SGLang drop-ins,
 each output checked against the kernel's float64 reference with the suite's tolerances and each
-input checked unchanged. Tables: the ones shipped for the H200."""
+input checked unchanged. Tables: the ones shipped for the H200, and silu_and_mul's with a rewrite
+and a model's template holding some of its shapes (the agent's kind of result)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime import export_format
 from astra_kernels.runtime.exported_kernel import load_callable
 from astra_kernels.tools.measuring.correctness import compare, unchanged
+from support.mixed_table import mixed_silu_and_mul_table
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -123,19 +125,27 @@ def libraries(folders, tmp_path_factory):
     if NVCC is None:
         pytest.skip("nvcc is not installed here: the standalone .cu is not built into a library")
     root = tmp_path_factory.mktemp("libs")
-    libs = {}
-    for kernel, folder in folders.items():
-        groups = [export_format.Group(**g) for g in json.loads((folder / "export.json").read_text())["groups"]]
-        objects = []
-        for args, name in export.object_builds(kernel, groups, "sm_90"):
-            build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
-            assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
-            objects.append(str(folder / name))
-        lib = root / f"lib{kernel}.so"
-        link = subprocess.run([NVCC, "-shared", *objects, "-o", str(lib)], capture_output=True, text=True, timeout=600)
-        assert link.returncode == 0, f"linking lib{kernel}.so:\n{link.stderr[-3000:]}"
-        libs[kernel] = ctypes.CDLL(str(lib))
-    return libs
+    return {kernel: _library(folder, kernel, root) for kernel, folder in folders.items()}
+
+
+_BUILT: dict[str, ctypes.CDLL] = {}
+
+
+def _library(folder, kernel: str, root) -> ctypes.CDLL:
+    """The export's .cu built by nvcc as its header says into lib<kernel>.so (once per folder)."""
+    if str(folder) in _BUILT:
+        return _BUILT[str(folder)]
+    groups = [export_format.Group(**g) for g in json.loads((folder / "export.json").read_text())["groups"]]
+    objects = []
+    for args, name in export.object_builds(kernel, groups, "sm_90"):
+        build = subprocess.run([NVCC, *args], cwd=folder, capture_output=True, text=True, timeout=600)
+        assert build.returncode == 0, f"nvcc {' '.join(args)}:\n{build.stderr[-3000:]}"
+        objects.append(str(folder / name))
+    lib = root / f"lib{kernel}.so"
+    link = subprocess.run([NVCC, "-shared", *objects, "-o", str(lib)], capture_output=True, text=True, timeout=600)
+    assert link.returncode == 0, f"linking lib{kernel}.so:\n{link.stderr[-3000:]}"
+    _BUILT[str(folder)] = ctypes.CDLL(str(lib))
+    return _BUILT[str(folder)]
 
 
 def _c_launch(lib, kernel: str, case: Case) -> int:
@@ -206,3 +216,36 @@ def test_guide_drop_in_runs_the_exported_kernel(folders, kernel):
         t["v"].copy_(v)
         t["s"].copy_(s)
     case.check(f"the README's drop-in for sgl_kernel.{swap.op}")
+
+
+MIXED_SHAPES = [  # the rewrite's, the model template's (one and two CTAs per token), the suite's, odd ones
+    {"T": 16, "D": 4096}, {"T": 32, "D": 5120}, {"T": 16, "D": 12288}, {"T": 64, "D": 8192},
+    {"T": 2048, "D": 14336}, {"T": 3, "D": 1002}, {"T": 16, "D": 4095}, {"T": 5, "D": 12},
+]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """silu_and_mul's table with a rewrite and a model's template holding four shapes
+    (tests/support/mixed_table.py): the agent's kind of result, exported and built."""
+    root = tmp_path_factory.mktemp("mixed")
+    (root / "dispatch.json").write_text(mixed_silu_and_mul_table().model_dump_json())
+    export.export(export.resolve_source(root / "dispatch.json"), root / "out", command="test_gpu_export")
+    return root / "out"
+
+
+@pytest.mark.parametrize("shape", MIXED_SHAPES, ids=[suite.load("silu_and_mul").spec.label(s) for s in MIXED_SHAPES])
+def test_a_table_with_rewrites_runs_each_source_correctly(mixed, tmp_path, shape):
+    """The callable and the nvcc-built library of the mixed table, against the float64 reference:
+    at each shape the source the front holds there runs (named in the pick), and is right."""
+    case = Case("silu_and_mul", shape, seed=21)
+    launch = load_callable(mixed)(*case.ordered, **case.scalars)
+    case.check(f"callable, {launch.kernel}, {launch.picked_by}")
+    assert launch.from_file, launch
+    if NVCC is None:
+        pytest.skip("nvcc is not installed here: the standalone .cu is not built into a library")
+    lib = _library(mixed, "silu_and_mul", tmp_path)
+    case.poison()
+    status = _c_launch(lib, "silu_and_mul", case)
+    assert status == 0, f"{case.label}: silu_and_mul_launch returned {status}"
+    case.check(f"nvcc-built library, {launch.picked_by}")

@@ -157,17 +157,23 @@ def check_table(table: DispatchTable, folder: suite.KernelFolder) -> None:
                           f"the table says {table.dtype} {table.variant}")
     if not table.entries:
         raise ExportError(f"the {table.kernel} table has no entries")
-    names = folder.template.names
-    for where, config in [(f"entry {spec.label(e.shape) if set(e.shape) == set(spec.symbols) else e.shape}",
-                           e.config) for e in table.entries if e.source == "template"] + (
-            [("general", table.general)] if table.general else []):
+    for name in table.sources:
+        try:
+            table.source_of(name)
+        except AstraError as exc:
+            raise ExportError(str(exc)) from None
+    for where, source, config in [(f"entry {spec.label(e.shape) if set(e.shape) == set(spec.symbols) else e.shape}",
+                                   e.source, e.config) for e in table.entries if e.source != "baseline"] + (
+            [("general", "template", table.general)] if table.general else []):
+        template = table.source_of(source)
+        names = template.names
         if set(config) != set(names):
             raise ExportError(f"{table.kernel} {where}: configuration {config} does not set exactly the "
-                              f"template's parameters {names}: the table is from another template")
-        for p in folder.template.parameters:
+                              f"{source}'s parameters {names}: the table is from another {source}")
+        for p in template.parameters:
             if config[p.name] not in p.values:
                 raise ExportError(f"{table.kernel} {where}: {p.name}={config[p.name]} is not among the "
-                                  f"template's values {list(p.values)}: the table is from another template")
+                                  f"{source}'s values {list(p.values)}: the table is from another {source}")
     for entry in table.entries:
         if set(entry.shape) != set(spec.symbols) or any(v < 1 for v in entry.shape.values()):
             raise ExportError(f"{table.kernel}: entry shape {entry.shape} must set {spec.symbols} to positive sizes")
@@ -184,14 +190,14 @@ def plan_binaries(table: DispatchTable, folder: suite.KernelFolder, shapes: list
 
     def add(source: str, config: dict[str, int], shape: dict[str, int], picked: bool) -> None:
         env = suite.environment(folder.spec, shape, table.dtype, table.variant, sms, arch)
-        instance = folder.source_of(source).instantiate(config, env)
+        template = table.source_of(source)
+        instance = template.instantiate(config, env)
         if isinstance(instance, Exclusion):
             if picked:  # a baseline entry's pick, which the baseline's own constraints refuse here
                 unrunnable[folder.spec.label(shape)] = f"the {source} cannot run here: {instance.reason}"
             return
-        key = binary_key(folder, source, config, instance)
+        key = binary_key(template, source, config, instance)
         if key not in binaries:
-            template = folder.source_of(source)
             binaries[key] = Binary(
                 name="", source=source, config={p: int(config[p]) for p in template.names},
                 derived={d.name: int(instance.defines[d.name]) for d in template.derived},
@@ -208,21 +214,31 @@ def plan_binaries(table: DispatchTable, folder: suite.KernelFolder, shapes: list
             continue
         add(pick.source, pick.config, shape, picked=True)
     configs = [("baseline", {})] if any(e.source == "baseline" for e in table.entries) else []
-    configs += [("template", e.config) for e in table.entries if e.source == "template"]
+    configs += [(e.source, e.config) for e in table.entries if e.source != "baseline"]
     configs += [("template", table.general)] if table.general else []
     for source, config in configs:
         for shape in shapes:
             add(source, config, shape, picked=False)
 
     groups: list[Group] = []
-    ordered = sorted(binaries.values(), key=lambda b: (b.source != "template", b.key()))
+    order = table.source_names()
+    ordered = sorted(binaries.values(), key=lambda b: (order.index(b.source), b.key()))
     for index, binary in enumerate(ordered):
         group = Group(binary.fast_math, binary.max_registers)
         if group not in groups:
             groups.append(group)
         binary.group = groups.index(group)
-        binary.name = f"{table.kernel}_{'t' if binary.source == 'template' else 'b'}{index}"
+        binary.name = f"{table.kernel}_{_LETTER.get(binary.source, 's')}{index}"
     return ordered, groups, unrunnable
+
+
+_LETTER = {"template": "t", "baseline": "b"}  # a binary's name: the kernel, its source's letter (s: named), an index
+
+
+def plan_array_sizes(table: DispatchTable) -> tuple[int, int]:
+    """The C arrays' lengths for a configuration and for derived values: the most any source has (at least 1)."""
+    sources = [table.source_of(name) for name in table.source_names()]
+    return max(1, *(len(s.names) for s in sources)), max(1, *(len(s.derived) for s in sources))
 
 
 def covered_shapes(table: DispatchTable, folder: suite.KernelFolder,
@@ -348,9 +364,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     table, spec = source.table, folder.spec
     k = table.kernel
     ns = f"astra_{k}"
-    template, baseline = folder.template, folder.baseline
-    np_, ns_ = max(1, len(template.names)), len(spec.symbols)
-    nd = max(1, len(template.derived), len(baseline.derived))
+    (np_, nd), ns_ = plan_array_sizes(table), len(spec.symbols)
     signature = _signature(folder, table.dtype)
     carriers = shape_args(spec)
     multi = len(groups) > 1
@@ -360,8 +374,8 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     common_includes, common_text = _split_source((suite.SUITE_DIR / suite.COMMON_HEADER).read_text())
     if _DEVICE_ONLY_GUARD in common_text:  # nvcc's host pass parses kernel bodies too
         common_text = common_text.replace(_DEVICE_ONLY_GUARD, _HOST_AND_DEVICE_GUARD + _GUARD_NOTE)
-    for which in ("template", "baseline"):
-        found, text = _split_source(folder.source_of(which).source)
+    for which in table.source_names():
+        found, text = _split_source(table.source_of(which).source)
         bodies[which] = text
         common_includes += found
     for inc in common_includes:
@@ -377,7 +391,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     for index, b in enumerate(binaries):
         which_text = bodies[b.source]
         defined = sorted({m.group(1) for m in map(_DEFINE.match, which_text.splitlines()) if m})
-        entry = folder.source_of(b.source).kernel
+        entry = table.source_of(b.source).kernel
         defines = {**b.config, **b.derived}
         lines.append(f"// {b.name}: the {b.source}"
                      + (f" at {' '.join(f'{n}={v}' for n, v in b.config.items())}" if b.config else "")
@@ -445,17 +459,23 @@ def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command,
             "// |log a - log b|) whose configuration the template's constraints admit at the shape; else the",
             "// general configuration; else the admitted configuration fewest value steps from the nearest",
             "// tuned shape's. Launch geometry comes from the template's own expressions.",
-            "//",
-            "// Dispatch table (median us as measured when tuning):"]
+            "//"]
+    if table.sources:
+        out += ["// Besides the kernel's template and baseline, the table runs sources of its own (an entry",
+                "// of one is taken where that source's constraints admit the shape, as a template's is):",
+                *(f"//   {name}: kernel {table.source_of(name).kernel}" for name in table.sources), "//"]
+    out.append("// Dispatch table (median us as measured when tuning):")
     for e in table.entries:
-        config = " ".join(f"{n}={v}" for n, v in e.config.items()) if e.source == "template" else "(the baseline)"
+        config = " ".join(f"{n}={v}" for n, v in e.config.items())
+        config = {"template": config, "baseline": "(the baseline)"}.get(e.source, f"{e.source} {config}".strip())
         timing = f"{e.median_us:.2f}" if e.median_us else "-"
         out.append(f"//   {spec.label(e.shape):>14}  {timing:>8}  {config}")
     if table.general:
         out.append(f"//   {'general':>14}  {'':>8}  {' '.join(f'{n}={v}' for n, v in table.general.items())}")
     out += ["//", f"// Kernels in this file ({len(binaries)}), and the covered shapes whose pick each is:"]
     for b in binaries:
-        what = " ".join(f"{n}={v}" for n, v in b.config.items()) if b.config else "the baseline"
+        what = " ".join([*([] if b.source == "template" else [f"the {b.source}"]),
+                         *(f"{n}={v}" for n, v in b.config.items())])
         derived = (" [" + " ".join(f"{n}={v}" for n, v in b.derived.items()) + "]") if b.derived else ""
         out.append(f"//   {b.name}: {what}{derived}")
         if b.shapes:
@@ -476,9 +496,10 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
     template = folder.template
     multi = len(groups) > 1
     names = template.names
+    sources = table.source_names()  # the C code's source index is the position here
     out = ["#ifndef __CUDACC_RTC__", "#include <cuda_runtime.h>", "#include <algorithm>", "#include <array>",
            "#include <cmath>", "#include <cstdio>", "#include <cstdlib>", "#include <cstring>", "#include <map>",
-           "#include <mutex>", "", *_plan_struct(k, names, np_, nd), ""]
+           "#include <mutex>", "", *_plan_struct(table, np_, nd), ""]
     if multi:
         out.append(f"namespace {ns} {{")
         params = ", ".join(f"{t} {n}" for t, n in signature)
@@ -490,25 +511,34 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
             "enum { ADMITTED = 0, EXCLUDED = 1, FAILED = 2 };",
             f"struct Inst {{ ax_int derived[{nd}]; ax_int grid[3]; ax_int block[3]; ax_int shared; ax_int fast_math;"
             " ax_int max_registers; int line; const char* reason; };", ""]
-    out += _instantiate_function("instantiate_template", template, folder, table.dtype, table.variant) + [""]
-    out += _instantiate_function("instantiate_baseline", folder.baseline, folder, table.dtype, table.variant) + [""]
+    for index, name in enumerate(sources):
+        out += [f"// {name}", *_instantiate_function(f"instantiate_s{index}", table.source_of(name), folder,
+                                                     table.dtype, table.variant), ""]
+    out += ["static int instantiate(int source, const ax_int* shape, ax_int sms, ax_int sm, const ax_int* cfg, Inst* out) {",
+            "    switch (source) {"]
+    out += [f"    case {index}: return instantiate_s{index}(shape, sms, sm, cfg, out);" for index in range(len(sources))]
+    out += ["    }", "    return FAILED;", "}", ""]
 
     params = template.parameters
-    out += [f"static const int kSymbols = {ns_};", f"static const int kParams = {len(params)};",
-            f"static const int kTemplateDerived = {len(template.derived)};",
-            f"static const int kBaselineDerived = {len(folder.baseline.derived)};",
+    count = len(sources)
+    out += [f"static const int kSymbols = {ns_};", f"static const int kParams = {len(params)};  // the template's",
+            f"static const char* const kSourceNames[{count}] = {{{', '.join(_c(s) for s in sources)}}};",
+            f"static const int kSourceParams[{count}] = "
+            f"{{{', '.join(str(len(table.source_of(s).names)) for s in sources)}}};",
+            f"static const int kSourceDerived[{count}] = "
+            f"{{{', '.join(str(len(table.source_of(s).derived)) for s in sources)}}};",
             f"static const char* const kSymbolNames[{ns_}] = {{{', '.join(_c(s) for s in spec.symbols)}}};"]
     for i, p in enumerate(params):
         out.append(f"static const ax_int kValues{i}[] = {{{', '.join(f'{v}LL' for v in p.values)}}};")
     out.append(f"static const ax_int* const kValues[{np_}] = {{{', '.join(f'kValues{i}' for i in range(len(params))) or '0'}}};")
     out.append(f"static const int kCounts[{np_}] = {{{', '.join(str(len(p.values)) for p in params) or '0'}}};")
     out.append(f"static const ax_int kDefault[{np_}] = {{{_values(template.default, names)}}};")
-    out += ["", f"struct Entry {{ ax_int shape[{ns_}]; ax_int config[{np_}]; int baseline; const char* label; }};",
+    out += ["", f"struct Entry {{ ax_int shape[{ns_}]; ax_int config[{np_}]; int source; const char* label; }};",
             f"static const Entry kEntries[{len(table.entries)}] = {{"]
     for e in table.entries:
-        config = _values(e.config, names) if e.source == "template" else _values({}, names)
+        config = _values(e.config, table.source_of(e.source).names)
         out.append(f"    {{{{{', '.join(f'{e.shape[s]}LL' for s in spec.symbols)}}}, {{{config}}}, "
-                   f"{int(e.source == 'baseline')}, {_c(spec.label(e.shape))}}},")
+                   f"{sources.index(e.source)}, {_c(spec.label(e.shape))}}},")
     out += ["};", f"static const int kEntryCount = {len(table.entries)};",
             f"static const int kHasGeneral = {int(bool(table.general))};",
             f"static const ax_int kGeneral[{np_}] = {{{_values(table.general or {}, names)}}};", "",
@@ -517,8 +547,8 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
             f"static const Binary kBinaries[{len(binaries)}] = {{"]
     for b in binaries:
         derived = ", ".join(f"{v}LL" for v in b.derived.values()) or "0"
-        out.append(f"    {{{int(b.source == 'baseline')}, {{{_values(b.config, names)}}}, {len(b.derived)}, "
-                   f"{{{derived}}}, {int(b.fast_math)}, {b.max_registers}, {_c(b.name)}}},")
+        out.append(f"    {{{sources.index(b.source)}, {{{_values(b.config, table.source_of(b.source).names)}}}, "
+                   f"{len(b.derived)}, {{{derived}}}, {int(b.fast_math)}, {b.max_registers}, {_c(b.name)}}},")
     out += ["};", f"static const int kBinaryCount = {len(binaries)};", ""]
     out.append("static const void* kernel_address(int index) {")
     out.append("    switch (index) {")
@@ -534,10 +564,18 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
     return out
 
 
-def _plan_struct(k: str, names: list[str], np_: int, nd: int) -> list[str]:
+def _plan_struct(table: DispatchTable, np_: int, nd: int) -> list[str]:
+    k = table.kernel
+    names = ", ".join(table.source_of("template").names)
+    if table.sources:
+        sources = "; ".join(f"{i}: {n}" for i, n in enumerate(table.source_names()) if i > 1)
+        which = f"/* 0: the template; 1: the baseline; {sources} (the table's own sources) */"
+        config = f"/* the source's parameters in its order (the template's: {names}) */"
+    else:
+        which, config = "/* 0: the template at `config`; 1: the baseline */", f"/* {names} */"
     return ["typedef struct {",
-            "    int source;                      /* 0: the template at `config`; 1: the baseline */",
-            f"    long long config[{np_}];          /* {', '.join(names)} */",
+            f"    int source;                      {which}",
+            f"    long long config[{np_}];          {config}",
             f"    long long derived[{nd}];          /* the source's `derive` values, in order */",
             "    int instance;                    /* the kernel of this file that runs it; -1: none here */",
             "    const char* kernel;              /* its name, or NULL */",
@@ -553,14 +591,14 @@ def _plan_struct(k: str, names: list[str], np_: int, nd: int) -> list[str]:
 
 def render_header(table: DispatchTable, folder: suite.KernelFolder) -> str:
     """`<kernel>.h`: the host API of `<kernel>.cu` for the other files of a program."""
-    k, template = table.kernel, folder.template
-    np_, nd = max(1, len(template.names)), max(1, len(template.derived), len(folder.baseline.derived))
+    k = table.kernel
+    np_, nd = plan_array_sizes(table)
     params = ", ".join(f"{t} {n}" for t, n in _signature(folder, table.dtype))
     lines = [f"// {k}.h: the host API of {k}.cu (its header comment says what each function does).",
              "#pragma once", "#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
     if any(t.startswith("__nv_fp8") for t, _ in _signature(folder, table.dtype)):
         lines.append("#include <cuda_fp8.h>")
-    lines += ["", *_plan_struct(k, template.names, np_, nd), "", "#ifdef __cplusplus", 'extern "C" {', "#endif",
+    lines += ["", *_plan_struct(table, np_, nd), "", "#ifdef __cplusplus", 'extern "C" {', "#endif",
               f"cudaError_t {k}_launch({params}, cudaStream_t stream);",
               f"int {k}_pick(const long long* shape, int sms, int sm, {k}_plan* plan);",
               f"const char* {k}_last_error(void);",
