@@ -30,7 +30,7 @@ class ShapeMeasurement(BaseModel):
     status: str
     median_us: float | None = None
     fraction_of_copy_bandwidth: float | None = None
-    floor_us: float | None = None  # bytes moved over the measured copy bandwidth
+    floor_us: float | None = None  # bytes moved over the measured bandwidth of the kernel's own read/write mix (copy's in old recordings)
     config: dict[str, int] = Field(default_factory=dict)
     message: str = ""
 

@@ -49,6 +49,10 @@ class KernelSpec(BaseModel):
     variants: dict[str, dict[str, int]] = Field(default_factory=lambda: {"default": {}})
     shapes: dict[str, list[dict[str, int]]]
     bytes_moved: str  # expression of the shape symbols and ELEM_BYTES
+    # Of those, the bytes written (the rest is read): the kernel's read/write mix, which its physical
+    # floor streams. None: the out and inout buffers, right unless the kernel reads a buffer sparsely
+    # (rotary_embedding's cos/sin cache, of which it reads only the tokens' positions).
+    bytes_written: str | None = None
     flops: str = "0"
     tolerances: dict[str, Tolerance] = Field(default_factory=dict)
     anchors: list[Anchor] = Field(default_factory=list)
@@ -63,7 +67,7 @@ class KernelSpec(BaseModel):
                     raise ValueError(f"{self.name}: argument {arg.name} uses unknown symbol(s) {sorted(unknown)}")
             if arg.role == "scalar" and arg.value is None:
                 raise ValueError(f"{self.name}: scalar {arg.name} needs a value expression")
-        for expr in (self.bytes_moved, self.flops):
+        for expr in (self.bytes_moved, self.flops, *([self.bytes_written] if self.bytes_written else [])):
             unknown = Expression(expr).names - known
             if unknown:
                 raise ValueError(f"{self.name}: {expr!r} uses unknown symbol(s) {sorted(unknown)}")

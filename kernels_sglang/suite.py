@@ -179,6 +179,7 @@ def problem(folder: KernelFolder, shape: dict[str, int], dtype: str, variant: st
         params=params,
         make_case=functools.partial(make_case, spec.name, tuple(shape.items()), dtype, variant),
         bytes_moved=int(Expression(spec.bytes_moved)(env)),
+        bytes_written=int(Expression(spec.bytes_written)(env)) if spec.bytes_written else None,
         tolerances=spec.tolerances,
         label=f"{spec.name} {spec.label(shape)} {dtype}" + ("" if variant == "default" else f" {variant}"),
     )

@@ -3,7 +3,8 @@
 The bar for a tuned kernel is the faster of SGLang's kernel and what a user gets for free: the
 same math in plain PyTorch, eager or under torch.compile. Such a number means something only
 when taken like ours: the same seeded inputs checked against the same float64 reference and
-tolerance, then CUDA-graph replay over rotating input sets that keep L2 cold, in the same process
+tolerance, then CUDA-graph replay over rotating input sets that keep L2 cold (or one set, for the
+warm regime), in the same process
 and on the same GPU. `measure_peer` runs in the worker (EvaluationWorker.call), beside the
 context our kernels use; PyTorch shares that primary context.
 """
@@ -50,9 +51,10 @@ def torch_cuda() -> str | None:
 
 
 def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant: str = "default",
-                 mode: str = "compile", seed: int = 1, replays: int = 10) -> PeerResult:
-    """Check the peer once against the reference, then time it; `device` is the worker's Device
-    (unused but for its context, which PyTorch shares)."""
+                 mode: str = "compile", seed: int = 1, replays: int = 10, l2: str = "cold") -> PeerResult:
+    """Check the peer once against the reference, then time it in the `l2` regime (as
+    EvaluationRequest.l2); `device` is the worker's Device (unused but for its context, which
+    PyTorch shares)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     folder = suite.load(kernel)
@@ -86,7 +88,7 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
             result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
             return result
 
-        count = rotation_count(problem.set_bytes)
+        count = rotation_count(problem.set_bytes) if l2 == "cold" else 1
         sets = [{name: t.clone() for name, t in first.items()} for _ in range(count)]
         kept = []  # every captured call keeps its outputs, so each writes fresh memory as ours do
 

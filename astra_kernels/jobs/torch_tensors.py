@@ -64,8 +64,10 @@ def arguments(problem: Problem, inputs: dict[str, np.ndarray], device="cpu") -> 
 
 
 def results(problem: Problem, tensors: dict, outputs: dict) -> dict[str, np.ndarray]:
-    """The peer's `out` buffers (returned) and `inout` buffers (updated in place), as NumPy."""
-    return {p.name: to_numpy(outputs[p.name] if p.role == "out" else tensors[p.name])
+    """The peer's `out` buffers (returned) and `inout` buffers, as NumPy: an `inout` buffer the
+    peer returns is its new value (SGLang's PyTorch paths are out of place), else the argument,
+    updated in place."""
+    return {p.name: to_numpy(outputs[p.name] if p.role == "out" or p.name in outputs else tensors[p.name])
             for p in problem.buffers if p.role in ("out", "inout")}
 
 

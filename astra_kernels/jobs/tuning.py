@@ -30,7 +30,7 @@ from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
 from astra_kernels.tools.search.space import build_space
-from astra_kernels.tools.templating.template import Exclusion
+from astra_kernels.tools.templating.template import Exclusion, Template
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
@@ -86,6 +86,7 @@ class TuneReport(BaseModel):
     arch: str
     date: str
     replayed_from: str | None = None  # a results store answered instead of a GPU (tools/measuring/replay.py)
+    l2: str = "cold"  # the L2 regime every time was measured in
     shapes: list[ShapeResult] = Field(default_factory=list)
     general: dict[str, int] | None = None
     general_us: dict[str, float] = Field(default_factory=dict)
@@ -119,20 +120,21 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
          rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
          verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
          compile_timeout_s: float | None = None,
-         compiling: Callable[[str, int, int], None] | None = None) -> TuneReport:
+         compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold") -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
     `compile_timeout_s` bounds each configuration's compile while the space is pruned;
-    `compiling(label, done, total)` follows those compiles (minutes of them on a small machine)."""
+    `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
+    `l2` is the regime every configuration is timed in ("cold" or "warm"), which the table records."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
     limits = limits_for(arch, sms, worker.device.get("max_shared_per_block_optin"))
     base = suite.base_options(dtype, spec.variants[variant], arch)
-    report = TuneReport(kernel=spec.name, dtype=dtype, variant=variant, strategy=strategy,
+    report = TuneReport(kernel=spec.name, dtype=dtype, variant=variant, strategy=strategy, l2=l2,
                         device=worker.device["name"], arch=arch, replayed_from=worker.device.get("replay"),
                         date=datetime.now(UTC).isoformat(timespec="seconds"))
 
-    requests = _Requests(folder, dtype, variant, limits)
+    requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
 
     for shape in shapes:
@@ -170,7 +172,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         winners, report.shapes, request, evaluator, labels, deadline)
     if progress and report.general_cut:
         progress(report.general_cut, None)
-    report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general,
+    report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
                                     entries=[_entry(s, measured.get(s.label, [])) for s in report.shapes])
     verify_dispatch(report, folder, worker, evaluator, verify or [], progress)
     return report
@@ -179,18 +181,20 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
 class _Requests:
     """Evaluation requests and results-store labels for one kernel, dtype and variant on one GPU."""
 
-    def __init__(self, folder: suite.KernelFolder, dtype: str, variant: str, limits):
-        self.folder, self.dtype, self.variant, self.limits = folder, dtype, variant, limits
+    def __init__(self, folder: suite.KernelFolder, dtype: str, variant: str, limits, l2: str = "cold"):
+        self.folder, self.dtype, self.variant, self.limits, self.l2 = folder, dtype, variant, limits, l2
 
     def labels(self, which: str, shape: dict[str, int]):
         return lambda config: dict(kernel=self.folder.spec.name, which=which, config=config, shape=shape,
                                    dtype=self.dtype, variant=self.variant)
 
-    def request(self, which: str, shape: dict[str, int], config: dict[str, int] | None = None):
+    def request(self, which: str, shape: dict[str, int], config: dict[str, int] | None = None,
+                source: Template | None = None):
         req = suite.request(self.folder, which, shape, self.dtype, self.variant, config,
-                            sms=self.limits.multiprocessors, arch=self.limits.arch)
+                            sms=self.limits.multiprocessors, arch=self.limits.arch, source=source)
         if not isinstance(req, Exclusion):
             req.stream_timing = False  # the search ranks by graph replay; a Python loop adds ~13 us a launch
+            req.l2 = self.l2
         return req
 
 
@@ -201,7 +205,7 @@ def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, eval
     beside the baseline; the results replace those of the same shapes in `report.verified`."""
     limits = limits_for(worker.device["arch"], worker.device.get("multiprocessors"),
                         worker.device.get("max_shared_per_block_optin"))
-    requests = _Requests(folder, report.dtype, report.variant, limits)
+    requests = _Requests(folder, report.dtype, report.variant, limits, report.l2)
     found = []
     for shape in shapes:
         if progress:
@@ -219,7 +223,8 @@ def _verify(dispatch: DispatchTable, shape, spec, requests: _Requests, evaluator
         config, picked_by, source = dispatch.pick(shape, requests.limits.multiprocessors, requests.limits.arch)
     except suite.AstraError as exc:
         return VerifiedShape(shape=shape, label=label, config={}, picked_by="", status="excluded", message=str(exc))
-    result, _ = evaluator(requests.request(source, shape, config or None), **requests.labels(source, shape)(config))
+    result, _ = evaluator(requests.request(source, shape, config or None, dispatch.source_of(source)),
+                          **requests.labels(source, shape)(config))
     baseline, _ = evaluator(requests.request("baseline", shape), **requests.labels("baseline", shape)({}))
     return VerifiedShape(
         shape=shape, label=label, config=config, picked_by=picked_by, status=result.status,
@@ -357,7 +362,8 @@ def render_markdown(report: TuneReport) -> str:
         f"# {report.kernel}: tuned on {report.device} ({report.arch}), {report.date}",
         "",
         f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
-        "CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks.",
+        + ("CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks." if report.l2 == "cold"
+           else "CUDA-graph replay medians over one input set resident in L2 (warm L2), after the correctness checks."),
         "",
     ]
     if report.replayed_from:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, PrivateAttr, model_validator
 
@@ -56,6 +56,7 @@ class DispatchTable(BaseModel):
     entries: list[DispatchEntry]
     general: dict[str, int] | None = None
     sources: dict[str, str] = {}  # name -> source text: kernels of this table besides the folder's two
+    l2: Literal["cold", "warm"] = "cold"  # the L2 regime it was tuned in (EvaluationRequest.l2)
     _parsed: dict = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")

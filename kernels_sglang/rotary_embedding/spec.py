@@ -55,6 +55,7 @@ SPEC = KernelSpec(
     # distinct position (at most min(N, P) of them). SGLang also reads and rewrites dims >= R, so
     # on partial-rotary shapes it cannot reach this floor; a kernel that skips them can.
     bytes_moved="N * 8 + 2 * N * (HQ + HK) * R * ELEM_BYTES + min(N, P) * R * 4",
+    bytes_written="N * (HQ + HK) * R * ELEM_BYTES",  # the rotated part of each head; the cache is read at N positions
     flops="3 * N * (HQ + HK) * R",
     # The default bf16/fp16 tolerances fit: the result is one fp32 rotation rounded once to the
     # storage type (tests/kernels_sglang/test_rotary_embedding.py simulates it against them).

@@ -1,4 +1,10 @@
-"""The gated MLP activation as a user writes it: the PyTorch peer of silu_and_mul (plain PyTorch; timed eager and under torch.compile)."""
+"""The gated MLP activation as SGLang's own PyTorch path writes it: the peer of silu_and_mul (plain
+PyTorch; timed eager and under torch.compile).
+
+This is `SiluAndMul.forward_native` and `GeluAndMul.forward_native` of
+sglang/srt/layers/activation.py: the activation of the first half times the second half, in the
+storage dtype (Inductor computes in fp32 inside its fused kernel either way).
+"""
 
 import torch
 import torch.nn.functional as F
@@ -12,5 +18,5 @@ _ACTIVATIONS = {
 
 def forward(tensors: dict[str, torch.Tensor], scalars: dict[str, int | float], variant: str) -> dict[str, torch.Tensor]:
     x = tensors["x"]
-    gate, up = x.float().split(scalars["d"], dim=-1)
-    return {"out": (_ACTIVATIONS[variant](gate) * up).to(x.dtype)}
+    d = x.shape[-1] // 2
+    return {"out": _ACTIVATIONS[variant](x[..., :d]) * x[..., d:]}

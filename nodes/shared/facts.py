@@ -196,7 +196,7 @@ def describe_gpu(device: dict, copy_bandwidth_gbs: float | None = None, launch_f
 class ShapeRow:
     label: str
     us: float | None = None
-    floor_us: float | None = None  # bytes moved / copy bandwidth
+    floor_us: float | None = None  # bytes moved / the bandwidth of the kernel's own mix (the physical floor)
     launch_floor_us: float | None = None
     baseline_us: float | None = None
 

@@ -157,7 +157,8 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
         measurements.append(ShapeMeasurement(
             label=label, status=result.status, config=config,
             median_us=result.timing.median_us if result.status == "ok" and result.timing else None,
-            fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth, floor_us=result.floor_us,
+            fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
+            floor_us=result.mix_floor_us or result.floor_us,  # a recording from before the mix floor has the copy's
             message=(failed or result.message)[:1500],
         ))
     update: dict = {"measurements": measurements, "gpu_seconds": candidate.gpu_seconds + seconds,

@@ -29,7 +29,7 @@ from astra_kernels.tools.errors import (
 )
 from .guards import GUARD_BYTES, GuardedBuffers
 from .problem import Case, Problem
-from astra_kernels.tools.toolchain.ceiling import copy_bandwidth
+from astra_kernels.tools.toolchain.ceiling import copy_bandwidth, mix_bandwidth, mix_ratio
 from astra_kernels.tools.toolchain.timing import Timing, rotation_count, time_graph, time_stream
 from astra_kernels.tools.toolchain.targets import STATIC_SHARED_LIMIT
 
@@ -72,6 +72,9 @@ class EvaluationRequest:
     stream_timing: bool = True
     input_layout: Literal["arena", "separate"] = "arena"
     pdl: bool = False  # launch as a programmatic dependent of the previous grid (tools/toolchain/pdl.py)
+    # "cold": rotating input sets larger than L2, every launch reads memory; "warm": one set,
+    # resident in L2 as when the previous op has just touched it (docs/design.md, two L2 regimes)
+    l2: Literal["cold", "warm"] = "cold"
     label: str = ""
 
 
@@ -95,6 +98,12 @@ class EvaluationResult(BaseModel):
     copy_bandwidth_gbs: float | None = None
     floor_us: float | None = None
     fraction_of_copy_bandwidth: float | None = None
+    # The physical floor: bytes moved over the best streaming of the kernel's own read/write mix
+    # on this device (tools/toolchain/ceiling.py), which a read-heavy kernel can beat the copy floor toward.
+    mix: tuple[int, int] | None = None  # (READS, WRITES) of the probe
+    mix_bandwidth_gbs: float | None = None
+    mix_floor_us: float | None = None
+    fraction_of_mix_bandwidth: float | None = None
     wall_seconds: float = 0.0
     fatal: bool = False  # the worker's CUDA context can no longer be trusted
 
@@ -202,13 +211,14 @@ def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buf
 
 def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
           checked: dict[str, np.ndarray] | None = None) -> tuple[Timing, Timing | None, Check | None]:
-    """Graph-replayed and stream timings over enough input sets to keep L2 cold.
+    """Graph-replayed and stream timings over enough input sets to keep L2 cold (or over one set,
+    left resident in L2 by the launch before, for `l2="warm"`).
 
     Given the checked launch's outputs, the sets' outputs are poisoned before timing and must
     hold those outputs after it (correctness.timed_outputs); the verdict comes back third.
     """
     problem = request.problem
-    sets_needed = rotation_count(problem.set_bytes)
+    sets_needed = rotation_count(problem.set_bytes) if request.l2 == "cold" else 1
     launches = max(sets_needed, request.min_launches)
     case = seeded_case(problem, request.seeds[0])
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
@@ -295,11 +305,17 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
                 result.checks.append(timed)
                 if not timed.passed:  # the times stay, as evidence: they timed a kernel doing nothing
                     result.status, result.message = "incorrect", f"{timed.name}: {timed.detail}"
+            problem = request.problem
             bandwidth = copy_bandwidth(device)
             result.copy_bandwidth_gbs = bandwidth / 1e9
-            if request.problem.bytes_moved:
-                result.floor_us = request.problem.bytes_moved / bandwidth * 1e6
+            result.mix = mix_ratio(problem.read_bytes, problem.write_bytes)
+            mixed = mix_bandwidth(device, *result.mix)
+            result.mix_bandwidth_gbs = mixed / 1e9
+            if problem.bytes_moved:
+                result.floor_us = problem.bytes_moved / bandwidth * 1e6
                 result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
+                result.mix_floor_us = problem.bytes_moved / mixed * 1e6
+                result.fraction_of_mix_bandwidth = result.mix_floor_us / result.timing.median_us
     except CompileTimeoutError as exc:
         result.status, result.message = "compile_timeout", str(exc)
     except CompileError as exc:

@@ -2,6 +2,8 @@
 
 The copy probe is a plain 16-byte-vector copy: timed through the evaluation protocol it should
 reach the driver's copy bandwidth, which shows that the protocol itself costs nothing at scale.
+The mix probe streams a kernel's own read/write ratio (tools/toolchain/ceiling.py): timed at a
+kernel's bytes it is what moving exactly those bytes, in that mix, costs at that size.
 The empty kernel is the launch floor: no kernel, however small, replays faster than it.
 """
 
@@ -11,7 +13,7 @@ import functools
 
 import numpy as np
 
-from astra_kernels.tools.toolchain.ceiling import COPY_SOURCE
+from astra_kernels.tools.toolchain.ceiling import COPY_SOURCE, MIX_SOURCE, MIX_THREADS, mix_grids, mix_options
 from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
 from .evaluation import EvaluationRequest, LaunchShape
 from .problem import Case, Param, Problem
@@ -45,6 +47,32 @@ def copy_request(nbytes: int, *, multiprocessors: int = DEFAULT_SMS, threads: in
     return EvaluationRequest(source=COPY_SOURCE, kernel="copy_vec4",
                              launch=LaunchShape(grid=(blocks,), block=(threads,)),
                              problem=problem, label=problem.label)
+
+
+def _mix_case(units: int, reads: int, writes: int, seed: int) -> Case:
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, 2**32, size=(reads, units, 4), dtype=np.uint32)
+    acc = np.bitwise_xor.reduce(src, axis=0)
+    dst = np.stack([acc + np.array([j, 0, 0, 0], dtype=np.uint32) for j in range(writes)])
+    return Case(inputs={"src": src.reshape(-1)}, expected={"dst": dst.reshape(-1)})
+
+
+def mix_requests(read_bytes: int, write_bytes: int, reads: int, writes: int, *,
+                 multiprocessors: int = DEFAULT_SMS) -> list[EvaluationRequest]:
+    """The mix READS:WRITES over about `read_bytes + write_bytes` (whole 16-byte vectors), once
+    per launch the ceiling tries (mix_grids); the faster is the probe's time."""
+    units = max(1, -(-(read_bytes + write_bytes) // (16 * (reads + writes))))
+    params = [
+        Param("src", "in", "uint32", (units * reads * 4,)),
+        Param("dst", "out", "uint32", (units * writes * 4,)),
+        Param("units", "scalar", "uint64", value=units),
+    ]
+    problem = Problem(params=params, make_case=functools.partial(_mix_case, units, reads, writes),
+                      bytes_moved=16 * units * (reads + writes), label=f"mix {reads}:{writes} {16 * units * (reads + writes)} B")
+    return [EvaluationRequest(source=MIX_SOURCE, kernel="mix_vec4", options=mix_options(None, reads, writes),
+                              launch=LaunchShape(grid=(blocks,), block=(MIX_THREADS,)), problem=problem,
+                              label=f"{problem.label} grid {blocks}")
+            for blocks in mix_grids(units, multiprocessors)]
 
 
 def _flag_case(seed: int) -> Case:

@@ -79,6 +79,7 @@ class Problem:
     bytes_moved: int  # each input read once, each output written once: the roofline's numerator
     tolerances: dict[str, Tolerance] = field(default_factory=dict)
     label: str = ""
+    bytes_written: int | None = None  # of bytes_moved; None: the out and inout buffers
 
     def tolerance(self, dtype: str) -> Tolerance:
         return self.tolerances.get(dtype) or DEFAULT_TOLERANCES.get(dtype) or Tolerance(
@@ -88,6 +89,21 @@ class Problem:
     @property
     def buffers(self) -> list[Param]:
         return [p for p in self.params if p.is_buffer]
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes the kernel reads: the rest of bytes_moved where the written bytes are given, else
+        its `in` and `inout` buffers, each once (the read side of its mix)."""
+        if self.bytes_written is not None:
+            return max(0, self.bytes_moved - self.bytes_written)
+        return sum(p.nbytes for p in self.buffers if p.role in ("in", "inout"))
+
+    @property
+    def write_bytes(self) -> int:
+        """Bytes the kernel writes: as given, else its `out` and `inout` buffers, each once."""
+        if self.bytes_written is not None:
+            return self.bytes_written
+        return sum(p.nbytes for p in self.buffers if p.role in ("out", "inout"))
 
     @property
     def set_bytes(self) -> int:

@@ -76,6 +76,8 @@ def evaluation_key(request: EvaluationRequest, device: str) -> str:
     }
     if request.pdl:  # only then: keys of every measurement recorded before PDL existed stay valid
         parts["pdl"] = True
+    if request.l2 != "cold":  # likewise for the L2 regime
+        parts["l2"] = request.l2
     return hashlib.sha256(_canonical(parts).encode()).hexdigest()
 
 

@@ -1,14 +1,22 @@
-"""The copy-bandwidth ceiling: the best device-to-device copy this GPU does, measured here.
+"""The bandwidth ceilings: the best device-to-device copy this GPU does, and the best streaming
+of a kernel's own read/write mix, measured here.
 
-Every memory-bound kernel is judged by bytes moved / this bandwidth. On an H200 the driver's
-memcpy and a plain 16-byte-vector copy kernel each win at some sizes (bench/copy_ceiling.py), and
-one measurement of either can come in 5% low, so the ceiling is the best of a few interleaved
-rounds of both at 1 GiB, each round the median of several timed copies. It is measured once per
-device per process and cached.
+The copy ceiling: on an H200 the driver's memcpy and a plain 16-byte-vector copy kernel each win
+at some sizes (bench/copy_ceiling.py), and one measurement of either can come in 5% low, so it is
+the best of a few interleaved rounds of both at 1 GiB, each round the median of several timed
+copies.
+
+The mix ceiling is the physical floor of a memory-bound kernel: HBM does not stream a read-heavy
+mix at the rate of a 1:1 copy (torch.compile's silu_and_mul, which reads twice what it writes,
+ran under the copy floor on an H200), so a kernel is judged against a probe that reads and writes
+in its own ratio: READS 16-byte vectors from as many streams and WRITES to as many, per unit of
+work, over 1 GiB, the best of a grid-stride launch and one unit per thread. Both are measured
+once per device (and ratio) per process and cached.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -86,3 +94,83 @@ def copy_bandwidth(device: Device, rounds: int = 3) -> float:
             max(memcpy_bandwidth(device), kernel_copy_bandwidth(device)) for _ in range(rounds)
         )
     return _CEILING[device.index]
+
+
+MIX_SOURCE = r"""
+// READS vectors from as many streams, their XOR to WRITES streams: a kernel's read/write mix, streamed.
+extern "C" __global__ void mix_vec4(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                    unsigned long long units) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long u = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += stride) {
+        uint4 acc = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int j = 0; j < READS; ++j) {
+            const uint4 v = src[j * units + u];
+            acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
+        }
+#pragma unroll
+        for (int j = 0; j < WRITES; ++j) dst[j * units + u] = make_uint4(acc.x + j, acc.y, acc.z, acc.w);
+    }
+}
+"""
+MIX_THREADS = 512
+MIX_LIMIT = 4  # the ratio is approximated by READS:WRITES with both at most this
+
+
+def mix_ratio(read_bytes: int, write_bytes: int) -> tuple[int, int]:
+    """(READS, WRITES): the pair of integers up to MIX_LIMIT whose ratio is nearest the kernel's
+    (in log terms; the smaller pair on a tie)."""
+    if write_bytes <= 0:
+        return MIX_LIMIT, 1
+    if read_bytes <= 0:
+        return 1, MIX_LIMIT
+    target = math.log(read_bytes / write_bytes)
+    pairs = [(r, w) for r in range(1, MIX_LIMIT + 1) for w in range(1, MIX_LIMIT + 1) if math.gcd(r, w) == 1]
+    return min(pairs, key=lambda p: (abs(math.log(p[0] / p[1]) - target), p[0] + p[1]))
+
+
+def mix_options(arch: str, reads: int, writes: int) -> CompileOptions:
+    return CompileOptions(arch=arch, defines={"READS": reads, "WRITES": writes})
+
+
+def mix_grids(units: int, multiprocessors: int) -> list[int]:
+    """The launches tried for a mix: a grid-stride loop over 8 CTAs per SM, and one unit per thread."""
+    full = max(1, -(-units // MIX_THREADS))
+    return sorted({min(multiprocessors * 8, full), full})
+
+
+def _mix_bandwidth_once(device: Device, reads: int, writes: int, nbytes: int) -> float:
+    module = compile_source(MIX_SOURCE, mix_options(device.properties.arch, reads, writes))
+    kernel = device.load(module, "mix_vec4")
+    units = max(1, nbytes // (16 * (reads + writes)))
+    sets = [(DeviceBuffer(16 * units * reads), DeviceBuffer(16 * units * writes)) for _ in range(2)]
+    best = 0.0
+    try:
+        for src, _ in sets:
+            src.fill_bytes(0x3C)
+        for blocks in mix_grids(units, device.properties.multiprocessors):
+            def enqueue(i: int, blocks=blocks) -> None:
+                src, dst = sets[i % 2]
+                device.launch(kernel, (blocks,), (MIX_THREADS,), [src, dst, np.uint64(units)])
+
+            timing = time_graph(device, enqueue, launches=10, input_sets=2, replays=5)
+            best = max(best, 16 * units * (reads + writes) / (timing.median_us / 1e6))
+    finally:
+        for src, dst in sets:
+            src.close()
+            dst.close()
+    return best
+
+
+_MIX: dict[tuple[int, int, int], float] = {}
+
+
+def mix_bandwidth(device: Device, reads: int, writes: int, rounds: int = 3) -> float:
+    """Bytes/s (read + written) of the best streaming of READS:WRITES on `device`, measured on first
+    use in this process; 1:1 is the copy ceiling itself."""
+    if (reads, writes) == (1, 1):
+        return copy_bandwidth(device)
+    key = (device.index, reads, writes)
+    if key not in _MIX:
+        _MIX[key] = max(_mix_bandwidth_once(device, reads, writes, CEILING_BYTES) for _ in range(rounds))
+    return _MIX[key]

@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
     bench.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
                        help="rotating input sets packed in one allocation (default) or one allocation per buffer")
+    bench.add_argument("--l2", choices=["cold", "warm"], default="cold",
+                       help="L2 regime of every time: cold (rotating inputs larger than L2, the default) or warm "
+                            "(one input set, resident as when the previous op has just touched it)")
     bench.add_argument("--pdl", action="store_true",
                        help="also time baseline, tuned kernel and copy launched with programmatic dependent launch "
                             "(sm_90+), as separate columns")
@@ -112,7 +115,7 @@ def run(args) -> int:
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
         report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
                                  command="astra bench " + " ".join(args.argv),
-                                 input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint,
+                                 input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,
                                  progress=lambda label: console.print(f"[dim]{label}[/dim]", highlight=False))
     return _bench_outputs(args, report)
 
@@ -139,7 +142,7 @@ def _bench_outputs(args, report) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
-        table = Table(title=f"{report.device}, {report.dtype}, microseconds per call (graph replay, cold L2)")
+        table = Table(title=f"{report.device}, {report.dtype}, microseconds per call (graph replay, {report.l2} L2)")
         for column in benchmark.COLUMNS:
             table.add_column(column)
         for cells in benchmark.table_rows(report):

@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
                       help="run the dispatch table's pick through the correctness checks at every shape "
                            "of every set (sets), or only at the tuned shapes (tuned, the default)")
     tune.add_argument("--sample", type=positive_int, help="search a seeded sample of this many configurations")
+    tune.add_argument("--l2", choices=["cold", "warm"], default="cold",
+                      help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
+                           "default) or warm (inputs resident, as in decode); the dispatch table records it")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", help="output folder (default out/KERNEL)")
     add_measuring_arguments(tune)
@@ -103,7 +106,7 @@ def run(args) -> int:
             report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
                                  strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
                                  sample=args.sample, verify=verify, max_spill_bytes=args.max_spill_bytes,
-                                 progress=progress, compiling=compiling)
+                                 progress=progress, compiling=compiling, l2=args.l2)
     written = tuning.write_outputs(folder, report, out)
     if args.json:
         print(report.model_dump_json(indent=2))

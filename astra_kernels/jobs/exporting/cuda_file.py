@@ -421,7 +421,7 @@ def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command,
     now = datetime.now(UTC).isoformat(timespec="seconds")
     out = [f"// {k}: the kernel tuned by astra-kernels {__version__}, as one standalone CUDA file.",
            "//",
-           f"// Tuned on:      {source.device}, {source.tuned_date}",
+           f"// Tuned on:      {source.device}, {source.tuned_date} (times with {table.l2} L2)",
            f"// Source table:  {source.shown} ({table.dtype}, variant {table.variant}, {len(table.entries)} tuned shapes)",
            f"// Exported:      {now}, by `{command}`",
            f"// Target:        {arch}; the kernels were chosen for {sms} multiprocessors, and at run time the pick",

@@ -74,6 +74,7 @@ def test_key_is_stable_and_sees_what_changes_the_measurement():
         dataclasses.replace(copy, replays=20),
         dataclasses.replace(copy, launch=LaunchShape(grid=(64,), block=(512,))),
         dataclasses.replace(copy, options=copy.options.model_copy(update={"defines": {"X": 1}})),
+        dataclasses.replace(copy, l2="warm"),
         copy_request(1 << 21),
     ]
     keys = {evaluation_key(v, DEVICE) for v in variants}

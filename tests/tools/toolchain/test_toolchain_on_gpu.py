@@ -132,6 +132,23 @@ def test_copy_probe_within_ten_percent_of_copy_bandwidth_at_1gb(worker):
     )
 
 
+@pytest.mark.parametrize("reads,writes", [(2, 1), (3, 2), (1, 4)])
+def test_mix_probe_checks_and_its_floor_is_measured(worker, reads, writes):
+    """The mix probe is correct at an odd size under both of its launches, and an evaluation of a
+    2:1 kernel reports the mix floor beside the copy floor (the figures: bench/copy_ceiling.py)."""
+    for request in probes.mix_requests(3 * 1000 * 16 + 48, 1000 * 16, reads, writes):
+        result = worker.evaluate(request)
+        assert result.status == "ok" and result.correct, result.message
+        assert result.mix == (reads, writes) and result.mix_floor_us > 0 and result.mix_bandwidth_gbs > 0
+
+
+def test_warm_l2_times_one_input_set(worker):
+    request = dataclasses.replace(faulty.scale_request(0), l2="warm")
+    result = worker.evaluate(request)
+    assert result.status == "ok" and result.correct, result.message
+    assert result.timing.input_sets == 1 and result.timing.median_us > 0
+
+
 def test_in_process_buffers_round_trip_bf16_and_fp8():
     from astra_kernels.tools.toolchain.device import Device
 
