@@ -341,8 +341,8 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                 _measure_pdl(worker, folder, row, (source, table.source_of(source)) if source else None, sms,
                              input_layout)
             for mode in torch_modes:
-                peer: PeerResult = worker.call(measure_peer, name, shape, kernel_dtype, "default", mode, l2=l2,
-                                               timeout_s=900)
+                peer: PeerResult = worker.call(measure_peer, name, shape, kernel_dtype, "default", mode, l2,
+                                               timeout_s=900)  # (the worker passes arguments by position)
                 report.torch_version = peer.torch_version or report.torch_version
                 setattr(row, f"torch_{mode}_us", peer.median_us)
                 setattr(row, f"torch_{mode}_status", peer.status if peer.status == "ok" else

@@ -51,7 +51,7 @@ def torch_cuda() -> str | None:
 
 
 def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant: str = "default",
-                 mode: str = "compile", seed: int = 1, replays: int = 10, l2: str = "cold") -> PeerResult:
+                 mode: str = "compile", l2: str = "cold", seed: int = 1, replays: int = 10) -> PeerResult:
     """Check the peer once against the reference, then time it in the `l2` regime (as
     EvaluationRequest.l2); `device` is the worker's Device (unused but for its context, which
     PyTorch shares)."""
