@@ -181,3 +181,24 @@ def test_pdl_columns_are_reported_apart_and_judged_against_the_plain_launch_floo
     assert "## With programmatic dependent launch" in text
     assert "| silu_and_mul | 16x4096 | 2.00 | 1.60 | 1.90 | 1.20 | 1.80 | 1.10 | 1.20x |" in text
     assert "| rmsnorm | 128x4096 |" not in text.split("## With programmatic")[1].split("## Goals")[0]
+
+
+def test_inductor_compare_summarizes_a_recorded_ncu_run():
+    """bench/inductor_compare.py --summarize on the H200 profile kept in docs: one row per launch,
+    the tuned kernel's 52 registers against Inductor's 28, bytes per warp load and store."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "bench" / "inductor_compare.py"), "--summarize",
+                          str(root / "docs" / "bench" / "ncu-2026-11-25" / "rmsnorm-512x14336.ncu.csv")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 8
+    tuned = [r for r in rows if "rmsnorm_t11" in r]
+    inductor = [r for r in rows if "triton_red_fused" in r]
+    assert len(tuned) == len(inductor) == 4
+    assert all("| 512 | 512 | 52 |" in r and r.rstrip().endswith("| 448 | 512 |") for r in tuned)
+    assert all("| 512 | 512 | 28 |" in r and r.rstrip().endswith("| 256 | 256 |") for r in inductor)
