@@ -77,8 +77,10 @@ class BenchRow(BaseModel):
     tuned_config: dict[str, int] = Field(default_factory=dict)
     tuned_picked_by: str = ""
     torch_eager_us: float | None = None
+    torch_eager_spread: float | None = None
     torch_eager_status: str = ""
     torch_compile_us: float | None = None
+    torch_compile_spread: float | None = None
     torch_compile_status: str = ""
     sglang_us: float | None = None  # docs/kernels.md's anchor for this device, when it has one
     copy_us: float | None = None  # a vector copy of the same bytes (half read, half written)
@@ -131,12 +133,14 @@ class BenchRow(BaseModel):
 
     @property
     def slower_than_best_peer(self) -> bool:
-        """Slower than the fastest peer by more than the timing spread (the peers' own spread is not
-        recorded, so the tuned kernel's and the project's noise bound stand in)."""
+        """Slower than the fastest peer by more than the timing spread of either measurement (the
+        project's noise bound where a spread was not recorded)."""
         best = self.best_peer
         if best is None or not self.tuned_us:
             return False
-        noise = max(self.tuned_spread or 0.0, self.baseline_spread or 0.0, TIMING_NOISE)
+        spreads = {"SGLang baseline": self.baseline_spread, "torch eager": self.torch_eager_spread,
+                   "torch.compile": self.torch_compile_spread}
+        noise = max(self.tuned_spread or 0.0, spreads[best[0]] or 0.0, TIMING_NOISE)
         return self.tuned_us > best[1] * (1.0 + noise)
 
     @property
@@ -345,6 +349,7 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                                                timeout_s=900)  # (the worker passes arguments by position)
                 report.torch_version = peer.torch_version or report.torch_version
                 setattr(row, f"torch_{mode}_us", peer.median_us)
+                setattr(row, f"torch_{mode}_spread", peer.timing.spread if peer.median_us else None)
                 setattr(row, f"torch_{mode}_status", peer.status if peer.status == "ok" else
                         f"{peer.status}: {peer.message[:300]}")
             report.rows.append(row)
