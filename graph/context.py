@@ -12,7 +12,7 @@ context is not checkpointed, so an API key passed in a model object never reache
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from astra_kernels.defaults import TUNE_SECONDS
 
@@ -42,6 +42,7 @@ class RunContext:
     retries: int = 2  # fixes asked of the model per candidate after a compile error or failed test
     wall_seconds: float = 3600.0  # the whole run
     strategy: str = "auto"  # the tuner's search strategy
+    l2: Literal["cold", "warm"] = "cold"  # the L2 regime every evaluation is timed in (EvaluationRequest.l2)
     tune_seconds: float = TUNE_SECONDS  # search time of one tune action, shared by the shapes
     tune_sample: int | None = None  # search a seeded sample of this many configurations (None: all)
     gpu: int = 0

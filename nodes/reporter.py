@@ -153,7 +153,7 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dispatch_table(state: AgentState) -> DispatchTable:
+def dispatch_table(state: AgentState, l2: str = "cold") -> DispatchTable:
     """The front in `astra export`'s format: each shape's winner as the baseline, the suite's
     template (a candidate whose source is the template's own text), or a named source
     `candidate-N` that the table carries."""
@@ -172,7 +172,7 @@ def dispatch_table(state: AgentState) -> DispatchTable:
             sources[name] = source
         entries.append(DispatchEntry(shape=shape, config=entry.config, median_us=entry.median_us, source=name))
     return DispatchTable(kernel=state["kernel"], dtype=state["dtype"], variant="default", entries=entries,
-                         sources=sources)
+                         sources=sources, l2=l2)
 
 
 def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -191,7 +191,7 @@ def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         if built["single_kernel"]:
             (out / "best.cu").write_text(built["single_kernel"]["source"])
         if state.get("front"):
-            (out / "dispatch.json").write_text(dispatch_table(state).model_dump_json(indent=2))
+            (out / "dispatch.json").write_text(dispatch_table(state, runtime.context.l2).model_dump_json(indent=2))
     geo = built["geomean_speedup"]
     line = say("reporter", f"done: {built['stop_reason']}" + (f"; {geo:.3f}x over the baseline" if geo else ""))
     return {"report": built, "stop_reason": built["stop_reason"], "events": [line]}

@@ -55,7 +55,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     started = time.monotonic()
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
                          budget=Budget(seconds=seconds / len(shapes)), sample=context.tune_sample,
-                         progress=progress, compile_timeout_s=deadline, compiling=compiling)
+                         progress=progress, compile_timeout_s=deadline, compiling=compiling, l2=context.l2)
     searched_s = time.monotonic() - started  # for the report's costs
     measurements, configs = [], {}
     for shaped in report.shapes:

@@ -106,6 +106,8 @@ def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
         config = candidate.configs.get(label) or template.default
         req = suite.request(folder, which, shape, dtype, "default", config if which == "template" else None,
                             sms=sms, arch=arch, source=template)
+        if not isinstance(req, Exclusion):
+            req.l2 = context.l2
         planned.append((shape, label, config, req))
     return template, planned
 

@@ -260,3 +260,20 @@ def test_built_models_carry_the_roles_token_caps_and_no_client_retries():
     planner, coder = make_chat_model(ctx, "planner"), make_chat_model(ctx, "coder")
     assert (planner.model_name, planner.max_tokens, planner.temperature, planner.max_retries) == ("a", 300, 0.1, 0)
     assert (coder.model_name, coder.max_tokens, coder.max_retries) == ("b", 5000, 0)
+
+
+def test_the_l2_regime_reaches_every_evaluation_and_the_table(tmp_path):
+    """`--l2 warm`: the baseline, the rewrite and the tuner's searches are all timed warm, and the
+    result's dispatch table says so."""
+    seen = []
+
+    class Recording(FakeGPU):
+        def evaluate(self, request):
+            seen.append(request.l2)
+            return super().evaluate(request)
+
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("us=1.5"), decision("tune"),
+                                       decision("stop")])
+    run(tmp_path, model, gpu=Recording(), l2="warm", out=str(tmp_path / "out"))
+    assert seen and set(seen) == {"warm"}
+    assert DispatchTable.model_validate_json((tmp_path / "out" / "dispatch.json").read_text()).l2 == "warm"

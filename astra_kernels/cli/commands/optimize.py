@@ -45,6 +45,9 @@ def add_parser(sub) -> None:
     optimize.add_argument("--wall-seconds", type=positive_seconds, default=defaults.wall_seconds,
                           help=f"the whole run (default {defaults.wall_seconds:g})")
     optimize.add_argument("--strategy", default=defaults.strategy, choices=["auto", *STRATEGIES])
+    optimize.add_argument("--l2", choices=["cold", "warm"], default=defaults.l2,
+                          help="L2 regime every candidate is timed in: cold (rotating inputs, the default) or warm "
+                               "(inputs resident, as in decode)")
     optimize.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,
                           help=f"search time per tune action (default {defaults.tune_seconds:g})")
     optimize.add_argument("--shapes")
@@ -83,7 +86,7 @@ def run(args) -> int:
         **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
         candidates=args.candidates,
         timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
-        wall_seconds=args.wall_seconds, strategy=args.strategy, tune_seconds=args.tune_seconds, gpu=args.gpu,
+        wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2, tune_seconds=args.tune_seconds, gpu=args.gpu,
         approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
     for role in ("planner", "coder"):
         make_chat_model(context, role)  # a typo in a model is named before anything is written
