@@ -5,13 +5,22 @@ Each folder under kernels_sglang/ holds spec.py (a KernelSpec named SPEC), refer
 place that knows that layout, so it is also where a folder that breaks it is named: a missing
 file, a spec.py that does not import or validate, a template that does not parse, each as a
 KernelFolderError with the file and, where there is one, the line.
+
+A user's own kernel folders live outside the package, in the directories of ASTRA_KERNELS_PATH
+(`--kernels-dir` on the command line prepends to it, so the evaluation workers it starts inherit
+it): each folder there with a spec.py is a kernel beside the shipped ones, imported as the package
+`astra_user_kernels.<name>` (so its files may import each other relatively). A name defined twice,
+a shipped kernel's included, is an error naming both folders, never a silent override; a broken
+folder fails alone, when it is loaded.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
 import random
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +41,8 @@ from .schema import KERNEL_DTYPE, KernelSpec
 
 SUITE_DIR = Path(__file__).parent
 COMMON_HEADER = "common.cuh"
+KERNELS_PATH = "ASTRA_KERNELS_PATH"  # a user's kernel directories, os.pathsep between them
+USER_PACKAGE = "astra_user_kernels"  # what a user's kernel folder is imported as: USER_PACKAGE.<name>
 
 
 class UnknownKernelError(AstraError):
@@ -45,8 +56,51 @@ class KernelFolderError(AstraError):
 FILES = ("spec.py", "reference.py", "baseline.cu", "template.cu")
 
 
+def kernel_dirs() -> list[Path]:
+    """The directories of a user's own kernel folders, in ASTRA_KERNELS_PATH's order."""
+    dirs = []
+    for part in os.environ.get(KERNELS_PATH, "").split(os.pathsep):
+        if part.strip():
+            path = Path(part.strip()).expanduser()
+            if not path.is_dir():
+                raise UsageError(f"{KERNELS_PATH} (or --kernels-dir) names {part.strip()}, which is not a directory")
+            dirs.append(path)
+    return dirs
+
+
+def _locations() -> dict[str, list[Path]]:
+    """Each kernel name and every folder that defines it: the shipped suite's, then the user's."""
+    found: dict[str, list[Path]] = {}
+    for root in [SUITE_DIR, *kernel_dirs()]:
+        for spec in sorted(root.glob("*/spec.py")):
+            if not spec.parent.name.isidentifier():  # a kernel's name is a Python package's name
+                continue
+            if spec.parent.resolve() not in [p.resolve() for p in found.get(spec.parent.name, [])]:
+                found.setdefault(spec.parent.name, []).append(spec.parent)
+    return found
+
+
 def names() -> list[str]:
-    return sorted(p.parent.name for p in SUITE_DIR.glob("*/spec.py"))
+    return sorted(_locations())
+
+
+def folder_path(name: str) -> Path:
+    """The one folder that defines `name`; a second one anywhere on the path is an error naming both."""
+    places = _locations().get(name)
+    if not places:
+        raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}"
+                                 + ("" if kernel_dirs() else f" (a kernel folder of your own: --kernels-dir DIR "
+                                                              f"or {KERNELS_PATH})"))
+    if len(places) > 1:
+        shipped = places[0].parent.resolve() == SUITE_DIR.resolve()
+        raise KernelFolderError(f"kernel {name!r} is defined by two folders, {places[0]} and {places[1]}: "
+                                + ("a shipped kernel is never overridden; give yours another name (its folder "
+                                   "and SPEC.name)" if shipped else "give one of them another name"))
+    return places[0]
+
+
+def is_shipped(name: str) -> bool:
+    return folder_path(name).parent.resolve() == SUITE_DIR.resolve()
 
 
 @functools.cache
@@ -78,9 +132,7 @@ def template_symbols(spec: KernelSpec) -> set[str]:
 
 @functools.cache
 def load(name: str) -> KernelFolder:
-    if name not in names():
-        raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}")
-    path = SUITE_DIR / name
+    path = folder_path(name)
     spec = getattr(_module(name, "spec"), "SPEC", None)
     if not isinstance(spec, KernelSpec):
         raise KernelFolderError(f"{path / 'spec.py'}: defines no SPEC (a KernelSpec from kernels_sglang/schema.py)")
@@ -101,22 +153,42 @@ def load(name: str) -> KernelFolder:
 def load_peer(name: str) -> ModuleType:
     """The module <name>/peer.py, whose `forward` is the kernel's PyTorch peer (it imports torch,
     so it is loaded only by the jobs that time or check against PyTorch)."""
-    if name not in names():
-        raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}")
-    return importlib.import_module(f"{__package__}.{name}.peer")
+    return _module(name, "peer")
 
 
 def _missing(path: Path) -> KernelFolderError:
     return KernelFolderError(f"{path}: missing; a kernel folder holds {', '.join(FILES)}")
 
 
+def _package(name: str) -> str:
+    """The package a kernel folder's files are imported from: the shipped suite's, or for a user's
+    folder USER_PACKAGE.<name>, made here with the folder as its path."""
+    folder = folder_path(name)
+    if folder.parent.resolve() == SUITE_DIR.resolve():
+        return f"{__package__}.{name}"
+    if USER_PACKAGE not in sys.modules:
+        root = ModuleType(USER_PACKAGE, "a user's kernel folders (ASTRA_KERNELS_PATH), one subpackage each")
+        root.__path__ = []
+        sys.modules[USER_PACKAGE] = root
+    full = f"{USER_PACKAGE}.{name}"
+    current = sys.modules.get(full)
+    if current is None or list(getattr(current, "__path__", [])) != [str(folder)]:
+        for stale in [m for m in sys.modules if m.startswith(f"{full}.")]:  # another folder of that name
+            del sys.modules[stale]
+        package = ModuleType(full)
+        package.__path__ = [str(folder)]
+        package.__package__ = full
+        sys.modules[full] = package
+    return full
+
+
 def _module(name: str, module: str) -> ModuleType:
     """A kernel folder's Python file, imported; whatever stops it names the file and line."""
-    path = SUITE_DIR / name / f"{module}.py"
+    path = folder_path(name) / f"{module}.py"
     if not path.is_file():
         raise _missing(path)
     try:
-        return importlib.import_module(f"{__package__}.{name}.{module}")
+        return importlib.import_module(f"{_package(name)}.{module}")
     except SyntaxError as exc:
         raise KernelFolderError(f"{exc.filename or path}:{exc.lineno}: {exc.msg}") from exc
     except Exception as exc:  # an import, a name or a spec that fails validation, raised as the file runs

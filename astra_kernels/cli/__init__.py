@@ -4,6 +4,7 @@ this small main that builds the parser from them and turns every project error i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import signal
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_parser(sub)
     for name, subparser in sub.choices.items():  # so a misspelled option is named with its command
         subparser.set_defaults(parser_of_command=subparser)
+        subparser.add_argument("--kernels-dir", action="append", metavar="DIR", default=[],
+                               help="a directory of your own kernel folders, searched beside the shipped suite "
+                                    "(repeatable; before those of ASTRA_KERNELS_PATH)")
     return parser
 
 
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     _handle_signals({signal.SIGINT: _stop, signal.SIGTERM: _stop})
     try:
-        return args.run(args)
+        with _kernels_dirs(args.kernels_dir):
+            return args.run(args)
     except BrokenPipeError:
         # The reader went away (`astra kernels --json | head -1`): what it wanted it has. Nothing
         # more may reach the closed pipe, not even Python's own flush at exit.
@@ -89,6 +94,34 @@ def main(argv: list[str] | None = None) -> int:
         return code
     finally:
         _handle_signals(handlers)  # as they were: main may be called in a process that goes on
+
+
+@contextlib.contextmanager
+def _kernels_dirs(dirs: list[str]):
+    """--kernels-dir: the directories in front of ASTRA_KERNELS_PATH in this process's environment
+    while the command runs (so the evaluation workers and compile processes it starts search them
+    too), and the path as it was afterwards (main may be called in a process that goes on)."""
+    if not dirs:
+        yield
+        return
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.errors import UsageError
+
+    for folder in dirs:
+        if not os.path.isdir(folder):
+            raise UsageError(f"--kernels-dir {folder}: not a directory")
+    before = os.environ.get(suite.KERNELS_PATH)
+    rest = [p for p in (before or "").split(os.pathsep) if p.strip()]
+    os.environ[suite.KERNELS_PATH] = os.pathsep.join([os.path.abspath(d) for d in dirs] + rest)
+    suite.load.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(suite.KERNELS_PATH, None)
+        else:
+            os.environ[suite.KERNELS_PATH] = before
+        suite.load.cache_clear()
 
 
 def _leave_if_a_thread_holds_on(code: int, grace_s: float = 3.0) -> None:

@@ -90,7 +90,8 @@ def test_an_error_longer_than_the_console_stays_on_one_line(tmp_path, columns):
     proc = astra("check", LONG_KERNEL, columns=columns)
     assert proc.returncode == 1
     line, = (line for line in proc.stdout.splitlines() if line.startswith("error:"))
-    assert f"unknown kernel '{LONG_KERNEL}'" in line and line.endswith(suite.names()[-1]), proc.stdout
+    assert f"unknown kernel '{LONG_KERNEL}'" in line and f"{suite.names()[-1]} (a kernel folder" in line, proc.stdout
+    assert line.endswith("ASTRA_KERNELS_PATH)"), proc.stdout  # whole, to its last word
 
 
 def test_a_piped_space_report_keeps_each_reason_in_its_cell():

@@ -116,18 +116,37 @@ def test_processes_are_started_by_few_modules_with_argument_lists_free_of_model_
 
 def test_dynamic_imports_take_only_names_of_the_suites_own_folders():
     """suite.py and peers.py import a kernel's modules by name: the name is checked against the
-    suite's folders first, and the import is relative to the package, so no text picks a module."""
+    suite's folders first (and a user's on ASTRA_KERNELS_PATH, whose names must be identifiers),
+    and the import is under the suite's package or the user kernels' own, so no text picks a module."""
     sites = []
     for name, tree in _modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and _dotted(node.func) == "importlib.import_module":
                 arg = node.args[0]
-                assert isinstance(arg, ast.JoinedStr) and _dotted(arg.values[0].value) == "__package__", \
+                first = arg.values[0].value if isinstance(arg, ast.JoinedStr) else None
+                assert first is not None and (_dotted(first) == "__package__" or (
+                    isinstance(first, ast.Call) and _dotted(first.func) == "_package")), \
                     f"{name}:{node.lineno}: import_module of {ast.unparse(arg)}"
                 sites.append(name)
     assert sites and set(sites) <= {"kernels_sglang/suite.py", "astra_kernels/jobs/torch_tensors.py"}
+    assert suite._package("rmsnorm") == f"{suite.__package__}.rmsnorm"
     with pytest.raises(suite.UnknownKernelError):
         suite.load("../../os")
+
+
+def test_a_users_folder_named_like_a_module_path_is_no_kernel(tmp_path, monkeypatch):
+    for name in ("os.path", "my-norm"):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "spec.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "spec.py").write_text("SPEC = None\n")
+    monkeypatch.setenv(suite.KERNELS_PATH, str(tmp_path))
+    suite.load.cache_clear()
+    assert "os.path" not in suite.names() and "my-norm" not in suite.names() and "mine" in suite.names()
+    assert suite._package("mine") == f"{suite.USER_PACKAGE}.mine"
+    with pytest.raises(suite.KernelFolderError, match="defines no SPEC"):
+        suite.load("mine")
+    suite.load.cache_clear()
 
 
 class _Marker:
