@@ -61,7 +61,7 @@ def kernel_dirs() -> list[Path]:
     dirs = []
     for part in os.environ.get(KERNELS_PATH, "").split(os.pathsep):
         if part.strip():
-            path = Path(part.strip()).expanduser()
+            path = Path(part.strip()).expanduser().absolute()  # a package path must not move with the cwd
             if not path.is_dir():
                 raise UsageError(f"{KERNELS_PATH} (or --kernels-dir) names {part.strip()}, which is not a directory")
             dirs.append(path)
@@ -73,8 +73,6 @@ def _locations() -> dict[str, list[Path]]:
     found: dict[str, list[Path]] = {}
     for root in [SUITE_DIR, *kernel_dirs()]:
         for spec in sorted(root.glob("*/spec.py")):
-            if not spec.parent.name.isidentifier():  # a kernel's name is a Python package's name
-                continue
             if spec.parent.resolve() not in [p.resolve() for p in found.get(spec.parent.name, [])]:
                 found.setdefault(spec.parent.name, []).append(spec.parent)
     return found
@@ -91,6 +89,9 @@ def folder_path(name: str) -> Path:
         raise UnknownKernelError(f"unknown kernel {name!r}; the suite has: {', '.join(names())}"
                                  + ("" if kernel_dirs() else f" (a kernel folder of your own: --kernels-dir DIR "
                                                               f"or {KERNELS_PATH})"))
+    if not name.isidentifier():  # imported as a package of that name: never a dotted or relative one
+        raise KernelFolderError(f"{places[0]}: a kernel folder's name must be a Python identifier (letters, "
+                                "digits and _, not starting with a digit); rename the folder and SPEC.name")
     if len(places) > 1:
         shipped = places[0].parent.resolve() == SUITE_DIR.resolve()
         raise KernelFolderError(f"kernel {name!r} is defined by two folders, {places[0]} and {places[1]}: "

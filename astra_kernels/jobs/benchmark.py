@@ -196,7 +196,7 @@ class BenchReport(BaseModel):
             short = [r for r in large if r.fraction_of_mix_bandwidth < BANDWIDTH_GOAL]
             lines.append(f"physical floor >= {LARGE_FLOOR_US:g} us: {len(large) - len(short)} of {len(large)} shapes at "
                          f">= {BANDWIDTH_GOAL:.0%} of the bandwidth of their own read/write mix" + (
-                             " (below: " + ", ".join(f"{r.kernel} {r.label} {r.fraction_of_mix_bandwidth:.0%}"
+                             " (below: " + ", ".join(f"{r.kernel} {r.label} {r.fraction_of_mix_bandwidth:.1%}"
                                                      for r in short) + ")" if short else ""))
         if self.launch_floor_us:
             decode = [r for r in self.rows if r.tokens <= DECODE_TOKENS and r.tuned_us]
@@ -343,7 +343,7 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                     row.mix_floor_us = row.mix_floor_us or tuned.mix_floor_us
             if pdl:
                 _measure_pdl(worker, folder, row, (source, table.source_of(source)) if source else None, sms,
-                             input_layout)
+                             input_layout, l2)
             for mode in torch_modes:
                 peer: PeerResult = worker.call(measure_peer, name, shape, kernel_dtype, "default", mode, l2,
                                                timeout_s=900)  # (the worker passes arguments by position)
@@ -377,18 +377,19 @@ def _same_mix(worker, read_bytes: int, write_bytes: int, mix: tuple[int, int], s
     return min(times) if times else None
 
 
-def _measure_pdl(worker, folder, row: BenchRow, tuned: tuple[str, Template] | None, sms: int, input_layout: str) -> None:
-    """The row's baseline, tuned pick and copy again, each launched as a PDL dependent (cold L2)."""
+def _measure_pdl(worker, folder, row: BenchRow, tuned: tuple[str, Template] | None, sms: int, input_layout: str,
+                 l2: str = "cold") -> None:
+    """The row's baseline, tuned pick and copy again, each launched as a PDL dependent, in the row's L2 regime."""
     problems = []
-    baseline = _evaluate(worker, folder, "baseline", row.shape, row.dtype, None, sms, input_layout, pdl=True)
+    baseline = _evaluate(worker, folder, "baseline", row.shape, row.dtype, None, sms, input_layout, pdl=True, l2=l2)
     row.baseline_pdl_us, _, status = _time_of(baseline)
     problems += [f"baseline {status}"] if status != "ok" else []
     if tuned is not None:
         result = _evaluate(worker, folder, tuned[0], row.shape, row.dtype, row.tuned_config or None, sms,
-                           input_layout, pdl=True, template=tuned[1])
+                           input_layout, pdl=True, l2=l2, template=tuned[1])
         row.tuned_pdl_us, _, status = _time_of(result)
         problems += [f"tuned {status}"] if status != "ok" else []
-    copy = _same_bytes_copy(worker, row.bytes_moved, sms, pdl=True)
+    copy = _same_bytes_copy(worker, row.bytes_moved, sms, pdl=True, l2=l2)
     row.copy_pdl_us, _, status = _time_of(copy)
     problems += [f"copy {status}"] if status != "ok" else []
     row.pdl_status = "; ".join(problems) or "ok"

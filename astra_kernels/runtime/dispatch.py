@@ -37,7 +37,7 @@ class DispatchEntry(BaseModel):
 
 
 FOLDER_SOURCES = ("template", "baseline")
-_SOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_SOURCE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
 class Pick(NamedTuple):
@@ -62,7 +62,7 @@ class DispatchTable(BaseModel):
     @model_validator(mode="after")
     def _sources_named(self) -> "DispatchTable":
         for name in self.sources:
-            if name in FOLDER_SOURCES or not _SOURCE_NAME.match(name):
+            if name in FOLDER_SOURCES or not _SOURCE_NAME.fullmatch(name):
                 raise ValueError(f"source name {name!r} must be a letter then letters, digits, '-' or '_', "
                                  f"and not {' or '.join(FOLDER_SOURCES)}")
         for entry in self.entries:

@@ -308,12 +308,12 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
             problem = request.problem
             bandwidth = copy_bandwidth(device)
             result.copy_bandwidth_gbs = bandwidth / 1e9
-            result.mix = mix_ratio(problem.read_bytes, problem.write_bytes)
-            mixed = mix_bandwidth(device, *result.mix)
-            result.mix_bandwidth_gbs = mixed / 1e9
-            if problem.bytes_moved:
+            if problem.bytes_moved:  # the empty kernel's launch floor moves nothing: no mix to stream
                 result.floor_us = problem.bytes_moved / bandwidth * 1e6
                 result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
+                result.mix = mix_ratio(problem.read_bytes, problem.write_bytes)
+                mixed = mix_bandwidth(device, *result.mix)
+                result.mix_bandwidth_gbs = mixed / 1e9
                 result.mix_floor_us = problem.bytes_moved / mixed * 1e6
                 result.fraction_of_mix_bandwidth = result.mix_floor_us / result.timing.median_us
     except CompileTimeoutError as exc:
