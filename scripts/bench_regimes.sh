@@ -15,15 +15,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
 
-step() {  # step NAME SECONDS COMMAND...
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s)"
-    timeout "$limit" "$@" > "$out/$name.log" 2>&1
-    local rc=$?
-    tail -n 40 "$out/$name.log"
-    [ "$rc" -eq 0 ] || { echo "== $name exited $rc"; status=1; }
-}
+TAIL_LINES=40
+source "$(dirname "$0")/steps.sh"  # step NAME SECONDS COMMAND...
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt" 2>&1
 [ -f "$out/ceiling.json" ] || step ceiling 180 python3 -P bench/copy_ceiling.py --json "$out/ceiling.json"

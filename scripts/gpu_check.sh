@@ -11,15 +11,7 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
 
-step() {  # step NAME SECONDS COMMAND...
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s)"
-    timeout "$limit" "$@" > "$out/$name.log" 2>&1
-    local rc=$?
-    tail -n 25 "$out/$name.log"
-    [ "$rc" -eq 0 ] || { echo "== $name exited $rc"; status=1; }
-}
+source "$(dirname "$0")/steps.sh"  # step NAME SECONDS COMMAND...
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt" 2>&1
 # GPU tests are selected by the `gpu` marker alone, one step per layer of tests/.
