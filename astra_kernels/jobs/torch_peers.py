@@ -88,7 +88,7 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
             result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
             return result
 
-        count = rotation_count(problem.set_bytes) if l2 == "cold" else 1
+        count = rotation_count(problem.set_bytes, l2)
         sets = [{name: t.clone() for name, t in first.items()} for _ in range(count)]
         kept = []  # every captured call keeps its outputs, so each writes fresh memory as ours do
 

@@ -295,7 +295,7 @@ def host_gpu(monkeypatch):
 
     monkeypatch.setattr(evaluation, "time_graph", launches_only)
     monkeypatch.setattr(evaluation, "time_stream", launches_only)
-    monkeypatch.setattr(evaluation, "rotation_count", lambda set_bytes: 3)
+    monkeypatch.setattr(evaluation, "rotation_count", lambda set_bytes, l2="cold": 3)
     monkeypatch.setattr(evaluation, "copy_bandwidth", lambda _device: 1e12)
     monkeypatch.setattr(evaluation, "mix_bandwidth", lambda _device, reads, writes: 1e12)
     return host

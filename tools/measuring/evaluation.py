@@ -218,7 +218,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
     hold those outputs after it (correctness.timed_outputs); the verdict comes back third.
     """
     problem = request.problem
-    sets_needed = rotation_count(problem.set_bytes) if request.l2 == "cold" else 1
+    sets_needed = rotation_count(problem.set_bytes, request.l2)
     launches = max(sets_needed, request.min_launches)
     case = seeded_case(problem, request.seeds[0])
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)

@@ -59,8 +59,11 @@ class Events:
         driver.cuEventDestroy(self.stop)
 
 
-def rotation_count(bytes_per_set: int, cold_bytes: int = COLD_BYTES, most: int = 4096) -> int:
-    """How many input sets make the rotation at least `cold_bytes` in all."""
+def rotation_count(bytes_per_set: int, l2: str = "cold", cold_bytes: int = COLD_BYTES, most: int = 4096) -> int:
+    """How many input sets make the rotation at least `cold_bytes` in all; one for the warm L2
+    regime, whose one set stays resident from each launch to the next."""
+    if l2 == "warm":
+        return 1
     return max(2, min(most, -(-cold_bytes // max(1, bytes_per_set))))
 
 

@@ -128,3 +128,8 @@ def test_worker_keeps_the_last_two_draws():
     evaluation.seeded_case(other, 1)
     assert evaluation.seeded_case(problem, 2) is b  # still kept: the two most recent
     assert evaluation.seeded_case(problem, 1) is not a1  # pushed out, drawn again
+
+
+@pytest.mark.parametrize("set_bytes", [1, 1 << 20, 1 << 30])
+def test_warm_l2_replays_one_set(set_bytes):
+    assert rotation_count(set_bytes, "warm") == 1
