@@ -40,6 +40,18 @@ class Anchor(BaseModel):
     torch_compile_us: float | None = None
 
 
+class Origin(BaseModel):
+    """Where a kernel folder's baseline came from, for one taken from another project as it ships
+    (`astra import-sglang`): the project and version, the file, and the suite kernel with the same
+    arguments (its port here), which `astra bench` shows it beside."""
+
+    project: str  # "sglang"
+    version: str
+    file: str  # the source file, as the package holds it
+    op: str  # the Python function that launches it there
+    port: str  # the suite kernel with this signature
+
+
 class KernelSpec(BaseModel):
     name: str
     summary: str
@@ -56,6 +68,7 @@ class KernelSpec(BaseModel):
     flops: str = "0"
     tolerances: dict[str, Tolerance] = Field(default_factory=dict)
     anchors: list[Anchor] = Field(default_factory=list)
+    origin: Origin | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "KernelSpec":

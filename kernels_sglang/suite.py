@@ -144,8 +144,8 @@ def load(name: str) -> KernelFolder:
     if missing:
         raise KernelFolderError(f"{path / 'reference.py'}: defines no {' or '.join(missing)}()")
     symbols = template_symbols(spec)
-    baseline = parse_template(_text(path / "baseline.cu"), f"{name}/baseline.cu", symbols)
-    template = parse_template(_text(path / "template.cu"), f"{name}/template.cu", symbols)
+    baseline = parse_template(_text(path / "baseline.cu"), f"{name}/baseline.cu", symbols, path)
+    template = parse_template(_text(path / "template.cu"), f"{name}/template.cu", symbols, path)
     if baseline.parameters:
         raise AstraError(f"{name}/baseline.cu declares parameters; a baseline has one fixed configuration")
     return KernelFolder(name, path, spec, reference, baseline, template)

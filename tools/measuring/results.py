@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Self
 
 from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.toolchain.nvrtc import folder_digest
 from .evaluation import EvaluationRequest, EvaluationResult
 
 SCHEMA_VERSION = 1
@@ -64,10 +65,17 @@ def evaluation_key(request: EvaluationRequest, device: str) -> str:
     """Hash what decides the measurement; the case factory is named by the problem's label and
     parameters (its object identity differs in every process)."""
     problem, launch = request.problem, request.launch
+    # Parsed and re-dumped with sorted keys: defines in another order build the same binary.
+    options = json.loads(request.options.model_dump_json())
+    # A build of the suite's kind (NVRTC, no included folders) keys as before those options existed,
+    # so every measurement recorded before stays valid; included folders key by their contents.
+    if options.pop("compiler") != "nvrtc":
+        options["compiler"] = request.options.compiler
+    if included := options.pop("include_dirs"):
+        options["includes"] = [folder_digest(d) for d in included]
     parts = {
         "source": request.source, "kernel": request.kernel,
-        # Parsed and re-dumped with sorted keys: defines in another order build the same binary.
-        "options": json.loads(request.options.model_dump_json()),
+        "options": options,
         "launch": [list(launch.grid), list(launch.block), launch.shared_bytes],
         "problem": problem.label,
         "params": [[p.name, p.role, p.dtype, list(p.shape), p.value] for p in problem.params],

@@ -15,6 +15,7 @@ import random
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.errors import AstraError
@@ -53,6 +54,22 @@ class Derived:
 
 
 @dataclass(frozen=True)
+class Build:
+    """How a source is built, where it says so (`compiler`, `std`, `include`, `flag`): the same for
+    every configuration. The defaults are the suite's (NVRTC, C++17, no folders, no flags); a kernel
+    taken as another project ships it sets what that project builds it with."""
+
+    compiler: str = "nvrtc"
+    std: str | None = None
+    include_dirs: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+    def options(self, base: CompileOptions) -> dict:
+        return {"compiler": self.compiler, "std": self.std or base.std,
+                "include_dirs": [*base.include_dirs, *self.include_dirs], "extra": [*base.extra, *self.flags]}
+
+
+@dataclass(frozen=True)
 class Instance:
     """One configuration made concrete for one shape: what to compile and how to launch."""
 
@@ -63,6 +80,7 @@ class Instance:
     shared_bytes: int
     fast_math: bool
     max_registers: int | None
+    build: Build = field(default_factory=lambda: Build())
 
     def compile_options(self, base: CompileOptions) -> CompileOptions:
         """`base` (arch, headers, the dtype's and variant's defines) with this instance's own."""
@@ -70,6 +88,7 @@ class Instance:
             "defines": {**base.defines, **self.defines},
             "fast_math": self.fast_math,
             "max_registers": self.max_registers,
+            **self.build.options(base),
         })
 
 
@@ -98,6 +117,7 @@ class Template:
     fast_math: Expression | None = None
     max_registers: Expression | None = None
     default: dict[str, int] = field(default_factory=dict)
+    build: Build = field(default_factory=Build)
     lines: dict[str, int] = field(default_factory=dict)  # each keyed directive's line, for errors
 
     @property
@@ -168,6 +188,7 @@ class Template:
                        if self.fast_math else False),
             max_registers=(self._eval(self.max_registers, scope, self.lines.get("max_registers", 0), int)
                            if self.max_registers else None),
+            build=self.build,
         )
 
     def _eval(self, expression: Expression, scope, line: int, cast=None):
@@ -187,7 +208,11 @@ def _define(value) -> int:
 _PARAM = re.compile(r"^param\s+([A-Za-z_]\w*)\s*:\s*(.*?)\s*$")
 _DERIVE = re.compile(r"^derive\s+([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
 _REQUIRE = re.compile(r"^require\s+(.+?)\s*$")
-_KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|default)\s*:\s*(.*?)\s*$")
+_KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|default|compiler|std)\s*:\s*(.*?)\s*$")
+_LISTED = re.compile(r"^(include|flag)\s*:\s*(.*?)\s*$")  # may be given more than once
+_COMPILERS = ("nvrtc", "nvcc")
+_STD = re.compile(r"^c\+\+(11|14|17|20)$")
+_FLAG = re.compile(r"^--?[A-Za-z][\w.,+=-]*$")
 _NUMBER = re.compile(r"^-?\d+$")
 # How each directive is written, for the error on a line that starts with its word but does not parse.
 _USAGE = {
@@ -195,6 +220,8 @@ _USAGE = {
     "require": "require EXPRESSION -- why", "kernel": "kernel: NAME", "grid": "grid: X[, Y[, Z]]",
     "block": "block: X[, Y[, Z]]", "shared": "shared: BYTES", "fast_math": "fast_math: 0 or 1",
     "max_registers": "max_registers: N", "default": "default: NAME=V NAME=V ...",
+    "compiler": "compiler: nvrtc or nvcc", "std": "std: c++17 or c++20", "include": "include: FOLDER",
+    "flag": "flag: --FLAG",
 }
 
 
@@ -204,12 +231,16 @@ def _split_comment(text: str) -> tuple[str, str]:
     return body.strip(), note.strip()
 
 
-def parse_template(source: str, path: str = "template.cu", symbols: set[str] | frozenset = frozenset()) -> Template:
+def parse_template(source: str, path: str = "template.cu", symbols: set[str] | frozenset = frozenset(),
+                   folder: Path | None = None) -> Template:
     """Parse the directives of `source`. `symbols` are the names the environment will provide
-    (shape symbols, dtype and device facts, variant defines); any other name is an error now."""
+    (shape symbols, dtype and device facts, variant defines); any other name is an error now.
+    `folder` is where the file lies, which `//@ include:` folders are relative to (by default
+    the folder of `path`)."""
     template = Template(source=source, path=path, kernel="")
     seen: dict[str, int] = {}
     keyed_lines: dict[str, int] = {}
+    build: dict = {"include_dirs": [], "flags": []}
     for number, raw in enumerate(source.splitlines(), 1):
         stripped = raw.strip()
         if not stripped.startswith(DIRECTIVE):
@@ -257,20 +288,51 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                     setattr(template, key, dims)
                 elif key == "default":
                     template.default = _parse_assignments(value, where)
+                elif key == "compiler":
+                    if value not in _COMPILERS:
+                        raise TemplateError(f"{where}: compiler must be nvrtc or nvcc, got {value!r}")
+                    build["compiler"] = value
+                elif key == "std":
+                    if not _STD.match(value):
+                        raise TemplateError(f"{where}: std must be c++11, c++14, c++17 or c++20, got {value!r}")
+                    build["std"] = value
                 else:
                     setattr(template, "shared" if key == "shared" else key, Expression(value))
+            elif m := _LISTED.match(text):
+                # a flag starts with -- itself: only ` -- ` (spaced) starts a note here
+                key, value = m.group(1), m.group(2).partition(" -- ")[0].strip()
+                if key == "include":
+                    build["include_dirs"].append(_include_dir(value, folder or Path(path).parent, where))
+                elif not _FLAG.match(value):
+                    raise TemplateError(f"{where}: {value!r} is not one compiler flag (write `//@ flag: --FLAG`, "
+                                        "one per line)")
+                else:
+                    build["flags"].append(value)
             elif (word := re.match(r"[A-Za-z_]*", text).group()) in _USAGE:
                 raise TemplateError(f"{where}: malformed {word} directive; write it as `//@ {_USAGE[word]}`")
             else:
                 raise TemplateError(
                     f"{where}: unknown directive {text.split()[0] if text else '(empty)'!r}; expected "
-                    "param, derive, require, kernel, grid, block, shared, fast_math, max_registers or default"
+                    "param, derive, require, kernel, grid, block, shared, fast_math, max_registers, default, "
+                    "compiler, std, include or flag"
                 )
         except ExpressionError as exc:
             raise TemplateError(f"{where}: {exc}") from None
     template.lines = keyed_lines
+    template.build = Build(compiler=build.get("compiler", "nvrtc"), std=build.get("std"),
+                           include_dirs=tuple(build["include_dirs"]), flags=tuple(build["flags"]))
     _check_complete(template, set(symbols), keyed_lines)
     return template
+
+
+def _include_dir(value: str, base: Path, where: str) -> str:
+    """An `//@ include:` folder, relative to the template's own folder, made absolute (the compile
+    runs elsewhere); one that is not there is an error now rather than a compile's missing header."""
+    folder = (base / value).resolve()
+    if not folder.is_dir():
+        raise TemplateError(f"{where}: include folder {value!r} is not a folder (it is taken relative to "
+                            f"{base.resolve()})")
+    return str(folder)
 
 
 def _claim(seen: dict[str, int], name: str, number: int, where: str) -> None:

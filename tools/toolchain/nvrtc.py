@@ -12,6 +12,8 @@ import functools
 import os
 import re
 import time
+from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +22,7 @@ from astra_kernels.tools.errors import CompileError, KernelNotFoundError, Toolch
 from .compile_cache import CompileCache, cache_key
 from .driver import local_arch
 from .headers import cuda_include_dir
+from .nvcc import nvcc_compile, nvcc_version
 from .targets import DEFAULT_ARCH
 from .resources import KernelParam, ResourceUsage, parse_ptx_signatures, parse_ptxas_report
 
@@ -44,6 +47,8 @@ class CompileOptions(BaseModel):
     std: str = "c++17"
     extra: list[str] = Field(default_factory=list)
     headers: dict[str, str] = Field(default_factory=dict)  # include name -> text, served by NVRTC
+    include_dirs: list[str] = Field(default_factory=list)  # absolute; a template's `//@ include:`
+    compiler: Literal["nvrtc", "nvcc"] = "nvrtc"  # nvcc only where a template asks (nvcc.py says why)
 
     def nvrtc_flags(self, arch: str) -> list[str]:
         flags = [f"--gpu-architecture={arch}", f"--std={self.std}", "--ptxas-options=-v"]
@@ -57,7 +62,7 @@ class CompileOptions(BaseModel):
             if isinstance(value, bool):
                 value = int(value)
             flags.append(f"-D{name}={value}")
-        return flags + list(self.extra)
+        return flags + [f"-I{d}" for d in self.include_dirs] + list(self.extra)
 
 
 class Diagnostic(BaseModel):
@@ -188,11 +193,34 @@ def _nvrtc_compile(source: str, name: str, flags: list[str],
 
 
 def key_and_flags(source: str, options: CompileOptions, name: str) -> tuple[str, list[str], str]:
+    """The cache key, the compiler's flags and the arch. NVRTC gets the CUDA headers' folder; nvcc
+    has its own toolkit's (a second, other version's would clash). Included folders enter the key
+    by their files' names, sizes and times, so an edited header is a new compile."""
     arch = resolve_arch(options.arch)
-    flags = options.nvrtc_flags(arch) + [f"-I{cuda_include_dir()}"]
-    key = cache_key(source, name, nvrtc_version(), *flags,
-                    *(f"{n}\0{text}" for n, text in sorted(options.headers.items())))
+    if options.compiler == "nvcc":
+        flags, version = options.nvrtc_flags(arch), nvcc_version()
+    else:
+        flags, version = options.nvrtc_flags(arch) + [f"-I{cuda_include_dir()}"], nvrtc_version()
+    key = cache_key(source, name, version, *flags,
+                    *(f"{n}\0{text}" for n, text in sorted(options.headers.items())),
+                    *(folder_digest(d) for d in options.include_dirs))
     return key, flags, arch
+
+
+def folder_digest(folder: str) -> str:
+    """A digest of an included folder's files (names and contents), so an edited header is a new
+    compile and a new measurement, and the same files give the same key on any machine. Hashed
+    once per state of the folder (its files' sizes and times)."""
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file()) if Path(folder).is_dir() else []
+    stamp = "".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}\0" for p in files)
+    return _digest(folder, stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(folder: str, stamp: str) -> str:
+    del stamp  # the cache's key only: a folder whose files changed is hashed again
+    return cache_key(*(f"{p.relative_to(folder)}\0{p.read_bytes().hex()}"
+                       for p in sorted(Path(folder).rglob("*")) if p.is_file()))
 
 
 def from_cache(store: CompileCache, key: str, source: str) -> CompiledModule | None:
@@ -230,7 +258,8 @@ def compile_here(source: str, options: CompileOptions, *, name: str = "kernel.cu
     if cache is not None and (module := from_cache(cache, key, source)) is not None:
         return module
     start = time.perf_counter()
-    ok, log, cubin, ptx = _nvrtc_compile(source, name, flags, options.headers)
+    compile_with = nvcc_compile if options.compiler == "nvcc" else _nvrtc_compile
+    ok, log, cubin, ptx = compile_with(source, name, flags, options.headers)
     seconds = time.perf_counter() - start
     if not ok:
         if cache is not None:
@@ -244,7 +273,8 @@ def compile_here(source: str, options: CompileOptions, *, name: str = "kernel.cu
         for entry, params in signatures.items()
     }
     module = CompiledModule(
-        arch=arch, nvrtc_version=nvrtc_version(), options=flags, cubin=cubin, log=log,
+        arch=arch, nvrtc_version=nvcc_version() if options.compiler == "nvcc" else nvrtc_version(),
+        options=flags, cubin=cubin, log=log,
         kernels=kernels, compile_seconds=seconds,
     )
     if cache is not None:
