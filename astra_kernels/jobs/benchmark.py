@@ -83,6 +83,10 @@ class BenchRow(BaseModel):
     torch_compile_spread: float | None = None
     torch_compile_status: str = ""
     sglang_us: float | None = None  # docs/kernels.md's anchor for this device, when it has one
+    # SGLang's own kernel, its source as it ships (a folder from `astra import-sglang` on the kernel path)
+    sglang_jit_us: float | None = None
+    sglang_jit_spread: float | None = None
+    sglang_jit_status: str = ""
     copy_us: float | None = None  # a vector copy of the same bytes (half read, half written)
     mix: str = ""  # the kernel's read:write mix as the probe streams it, "2:1"
     mix_floor_us: float | None = None  # bytes moved over the mix bandwidth: the physical floor
@@ -117,8 +121,8 @@ class BenchRow(BaseModel):
 
     def peers(self) -> dict[str, float]:
         """Every measured alternative a user could pick here, by name (quoted figures excluded)."""
-        named = {"SGLang baseline": self.baseline_us, "torch eager": self.torch_eager_us,
-                 "torch.compile": self.torch_compile_us}
+        named = {"SGLang baseline": self.baseline_us, "SGLang JIT": self.sglang_jit_us,
+                 "torch eager": self.torch_eager_us, "torch.compile": self.torch_compile_us}
         return {name: us for name, us in named.items() if us}
 
     @property
@@ -138,8 +142,8 @@ class BenchRow(BaseModel):
         best = self.best_peer
         if best is None or not self.tuned_us:
             return False
-        spreads = {"SGLang baseline": self.baseline_spread, "torch eager": self.torch_eager_spread,
-                   "torch.compile": self.torch_compile_spread}
+        spreads = {"SGLang baseline": self.baseline_spread, "SGLang JIT": self.sglang_jit_spread,
+                   "torch eager": self.torch_eager_spread, "torch.compile": self.torch_compile_spread}
         noise = max(self.tuned_spread or 0.0, spreads[best[0]] or 0.0, TIMING_NOISE)
         return self.tuned_us > best[1] * (1.0 + noise)
 
@@ -158,6 +162,7 @@ class BenchReport(BaseModel):
     launch_floor_us: float | None = None
     launch_floor_pdl_us: float | None = None  # the empty kernel chained with PDL (--pdl)
     torch_version: str = ""
+    sglang_jit: dict[str, str] = Field(default_factory=dict)  # kernel -> "SGLang 0.5.23, <file>" timed as its column
     commands: list[str] = Field(default_factory=list)  # what measured these rows
     rows: list[BenchRow] = Field(default_factory=list)
 
@@ -265,6 +270,7 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         "copy_bandwidth_gbs": max(bandwidths) if bandwidths else None,
         "date": min(r.date for r in reports),
         "torch_version": next((r.torch_version for r in reports if r.torch_version), ""),
+        "sglang_jit": {k: v for r in reports for k, v in r.sglang_jit.items()},
         "commands": [c for r in reports for c in r.commands],
     })
 
@@ -310,6 +316,10 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
         folder = suite.load(name)
         kernel_dtype = dtype if dtype in folder.spec.dtypes else folder.spec.dtypes[0]
         table = tables.get(name)
+        imported, imported_error = _imported(name)
+        if imported is not None:
+            origin = imported.spec.origin
+            report.sglang_jit[name] = f"SGLang {origin.version}, {origin.file} ({imported.name})"
         for shape in shapes:
             label = folder.spec.label(shape)
             if progress:
@@ -341,6 +351,13 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                     row.tuned_us, row.tuned_spread, row.tuned_status = _time_of(tuned)
                     row.floor_us = row.floor_us or tuned.floor_us
                     row.mix_floor_us = row.mix_floor_us or tuned.mix_floor_us
+            if imported is not None:
+                jit = (_evaluate(worker, imported, "baseline", shape, kernel_dtype, None, sms, input_layout, l2=l2)
+                       if kernel_dtype in imported.spec.dtypes else
+                       EvaluationResult(status="invalid", message=f"{imported.name} does not run {kernel_dtype}"))
+                row.sglang_jit_us, row.sglang_jit_spread, row.sglang_jit_status = _time_of(jit)
+            elif imported_error:
+                row.sglang_jit_status = imported_error
             if pdl:
                 _measure_pdl(worker, folder, row, (source, table.source_of(source)) if source else None, sms,
                              input_layout, l2)
@@ -395,6 +412,23 @@ def _measure_pdl(worker, folder, row: BenchRow, tuned: tuple[str, Template] | No
     row.pdl_status = "; ".join(problems) or "ok"
 
 
+def _imported(name: str) -> tuple[suite.KernelFolder | None, str]:
+    """The folder `astra import-sglang` writes for `name` (sglang_<name>, SGLang's own source), when one
+    is on the kernel path: timed as the bench's SGLang JIT column. One that does not load is said in
+    its rows, never skipped in silence."""
+    imported = f"sglang_{name}"
+    if imported not in suite.names():
+        return None, ""
+    try:
+        folder = suite.load(imported)
+    except suite.AstraError as exc:
+        return None, f"not loaded: {str(exc)[:300]}"
+    origin = folder.spec.origin
+    if origin is None or origin.port != name:
+        return None, f"{imported} is not SGLang's {name} (its spec has no origin naming that port)"
+    return folder, ""
+
+
 def _evaluate(worker, folder, which, shape, dtype, config, sms, input_layout, pdl: bool = False, l2: str = "cold",
               template: Template | None = None) -> EvaluationResult:
     request = suite.request(folder, which, shape, dtype, "default", config, sms=sms, arch=worker.device["arch"],
@@ -412,7 +446,7 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value is not None else "—"
 
 
-COLUMNS = ("kernel", "shape", "baseline us", "tuned us", "speedup", "torch eager us", "torch.compile us",
+COLUMNS = ("kernel", "shape", "baseline us", "tuned us", "speedup", "SGLang JIT us", "torch eager us", "torch.compile us",
            "best peer", "tuned vs best peer", "SGLang (kernels.md) us", "copy floor us", "mix", "mix floor us",
            "same-bytes copy us", "same-mix probe us", "tuned % of mix bw")
 
@@ -425,7 +459,7 @@ def table_rows(report: BenchReport) -> list[list[str]]:
         ratio = r.speedup_over_best_peer
         return "—" if ratio is None else f"{ratio:.3f}x" + (" (slower)" if r.slower_than_best_peer else "")
 
-    return [[r.kernel, r.label, _fmt(r.baseline_us), _fmt(r.tuned_us), _fmt(r.speedup, 3),
+    return [[r.kernel, r.label, _fmt(r.baseline_us), _fmt(r.tuned_us), _fmt(r.speedup, 3), _fmt(r.sglang_jit_us),
              _fmt(r.torch_eager_us), _fmt(r.torch_compile_us), best(r), versus(r), _fmt(r.sglang_us), _fmt(r.floor_us),
              r.mix or "—", _fmt(r.mix_floor_us), _fmt(r.copy_us), _fmt(r.mix_us),
              f"{r.fraction_of_mix_bandwidth:.0%}" if r.fraction_of_mix_bandwidth else "—"]
@@ -457,13 +491,16 @@ def render_markdown(report: BenchReport) -> str:
             "over rotating input sets (cold L2)" if report.l2 == "cold" else
             "over one input set left in L2 by the launch before (warm L2)")
         + ", after the checks against the float64 reference passed. Speedup is baseline over tuned; the "
-        "best peer is the fastest of the SGLang baseline, torch eager and torch.compile at the shape (SGLang's "
+        "best peer is the fastest of the SGLang baseline (the port), SGLang JIT (SGLang's own source, where "
+        "`astra import-sglang` wrote it), torch eager and torch.compile at the shape (SGLang's "
         "PyTorch path); the copy floor is bytes moved over the copy bandwidth, the mix floor over the "
         "best streaming of the kernel's own read:write mix (the physical floor), and the probes stream "
         "the kernel's own bytes.", "",
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(report)]
+    if report.sglang_jit:
+        lines += ["", "SGLang JIT column: " + "; ".join(f"{k}: {v}" for k, v in report.sglang_jit.items()) + "."]
     if pdl_rows := pdl_table_rows(report):
         lines += ["", "## With programmatic dependent launch", "",
                   "Each kernel launched as a PDL dependent of the one before (tools/toolchain/pdl.py: it waits on "
@@ -475,6 +512,7 @@ def render_markdown(report: BenchReport) -> str:
     lines += ["", "## Goals (issues 5 and 18), as measured", ""] + [f"- {g}" for g in report.goals()]
     problems = [(r, which, status) for r in report.rows
                 for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status), ("PDL", r.pdl_status),
+                                      ("SGLang JIT", r.sglang_jit_status),
                                       ("torch eager", r.torch_eager_status), ("torch.compile", r.torch_compile_status))
                 if status and status != "ok"]
     if problems:

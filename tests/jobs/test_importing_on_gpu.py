@@ -1,0 +1,71 @@
+"""SGLang's own kernels on a real GPU: the folders `astra import-sglang` writes pass the checks against
+the float64 reference at their Astra and serving shapes, and `astra bench` times them beside the ports.
+
+The imported folders come from ASTRA_SGLANG_IMPORTED (a directory `astra import-sglang` wrote, for a
+GPU machine without the package index), or else are imported here from the wheels the CPU tests fetch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.jobs import benchmark, importing
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.measuring.worker import EvaluationWorker
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def imported(request, tmp_path_factory) -> Path:
+    given = os.environ.get("ASTRA_SGLANG_IMPORTED")
+    if given:
+        return Path(given).resolve()
+    folder = Path(request.config.cache.mkdir("sglang-wheels"))
+    wheels = sorted(folder.glob("*.whl"))
+    if len(wheels) < 2:
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(folder),
+                            "sglang==0.5.23", "apache-tvm-ffi==0.1.11"], check=True, capture_output=True, timeout=600)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            pytest.skip(f"no ASTRA_SGLANG_IMPORTED and the wheels cannot be fetched: {exc}")
+        wheels = sorted(folder.glob("*.whl"))
+    dest = tmp_path_factory.mktemp("imported") / "kernels"
+    assert cli.main(["import-sglang", str(dest), *(a for w in wheels for a in ("--from", str(w))), "--json"]) == 0
+    return dest
+
+
+@pytest.fixture
+def on_path(imported, monkeypatch):
+    monkeypatch.setenv(suite.KERNELS_PATH, str(imported))
+    suite.load.cache_clear()
+    yield imported
+    suite.load.cache_clear()
+
+
+@pytest.mark.parametrize("port", sorted(importing.RECIPES))
+def test_sglangs_own_kernel_passes_the_checks(on_path, port, capsys):
+    name = importing.RECIPES[port].name
+    code = cli.main(["check", name, "--dtype", "bf16,fp16", "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert {r["status"] for r in results} == {"ok"}, [(r["shape"], r["dtype"], r["status"], r["message"][:200])
+                                                     for r in results if r["status"] != "ok"]
+    assert code == 0 and len(results) >= 2 * sum(len(v) for v in suite.load(name).spec.shapes.values())
+
+
+def test_bench_times_sglangs_kernels_beside_the_ports(on_path):
+    kernels = {port: suite.load(importing.RECIPES[port].name).spec.shapes["astra"][:2] for port in importing.RECIPES}
+    with EvaluationWorker(timeout_s=600) as worker:
+        report = benchmark.bench(worker, kernels, torch_modes=())
+    for row in report.rows:
+        assert row.sglang_jit_status == "ok", (row.kernel, row.label, row.sglang_jit_status)
+        assert row.baseline_status == "ok" and row.sglang_jit_us > 0
+    assert set(report.sglang_jit) == set(importing.RECIPES)
+    print(benchmark.render_markdown(report))
