@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Compile and test the baseline and a sample of template configurations on the local GPU."""
-    from astra_kernels.jobs import checking
+    from astra_kernels.jobs import checking, new_kernel
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
     from astra_kernels.tools.toolchain.compiler import compile_many
@@ -39,7 +39,10 @@ def run(args) -> int:
     shapes = shapes_from(folder, args)
     dtypes = args.dtype.split(",") if args.dtype else None
     variants = args.variant.split(",") if args.variant else None
-    if not gpu_available():
+    todo = new_kernel.unfinished(folder.path)  # a folder from `astra new` still to fill in: said, then compiled
+    for line in todo:
+        console.print(f"[yellow]{new_kernel.TODO}[/yellow] {escape(line)}", highlight=False)
+    if todo or not gpu_available():
         rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants,
                              samples=args.samples, arch=args.arch or DEFAULT_ARCH)
         unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
@@ -48,6 +51,13 @@ def run(args) -> int:
             outcomes = compile_many(unique.values(), timeout_s=COMPILE_TIMEOUT_S,
                                     progress=lambda done, total: update(done=done, total=total))
         failed = [o for o in outcomes if o.module is None]
+        if todo:
+            console.print(f"{folder.name} is not finished: {len(todo)} lines marked {new_kernel.TODO} (above); "
+                          f"compiled {len(outcomes)} binaries ({len(failed)} failed) for {args.arch or DEFAULT_ARCH}. "
+                          "Fill them in and run astra check again.", highlight=False)
+            for o in failed[:3]:
+                console.print(o.error, highlight=False)
+            return 1
         console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
                       f"({len(failed)} failed) for {args.arch or DEFAULT_ARCH}; testing them needs an NVIDIA GPU.")
         for o in failed[:3]:

@@ -1,0 +1,85 @@
+"""`astra new` without a GPU: a folder from a .cu file or a skeleton, what `astra check` says about it
+until it is filled in, and then a folder the tools take like a shipped one."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.jobs import new_kernel
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.toolchain.driver import gpu_available
+
+from support import filled_kernel
+
+
+@pytest.fixture
+def on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv(suite.KERNELS_PATH, str(tmp_path))
+    suite.load.cache_clear()
+    yield tmp_path
+    suite.load.cache_clear()
+
+
+def test_the_signature_is_read_into_the_spec(on_path):
+    folder = filled_kernel.made(on_path)
+    spec = suite.load("scale_add").spec
+    assert [(a.name, a.role, a.dtype) for a in spec.args] == [
+        ("x", "in", "T"), ("y", "in", "T"), ("out", "out", "T"), ("alpha", "scalar", "fp32"), ("n", "scalar", "int32")]
+    assert spec.symbols == ["N"] and spec.dtypes == ["fp32"] and spec.bytes_moved == "3 * N * ELEM_BYTES"
+    assert filled_kernel.SOURCE.read_text() in (folder / "baseline.cu").read_text()  # the file as given
+    todo = new_kernel.unfinished(folder)
+    assert any(line.startswith("reference.py:") and "compute out in float64" in line for line in todo)
+    assert any(line.startswith("baseline.cu:3: //@ grid") for line in todo)
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the no-GPU path; the GPU test runs the filled-in folder")
+def test_check_lists_what_is_left_and_compiles_what_it_can(on_path, capsys):
+    filled_kernel.made(on_path)
+    assert cli.main(["check", "scale_add"]) == 1
+    out = capsys.readouterr().out
+    assert "scale_add is not finished: 13 lines marked ASTRA-TODO" in out and "compiled 1 binaries (0 failed)" in out
+    assert "reference.py:27" in out
+
+
+def test_a_filled_in_folder_is_a_kernel_like_the_shipped_ones(on_path, capsys):
+    filled_kernel.filled(on_path)
+    folder = suite.load("scale_add")
+    assert folder.template.names == ["THREADS"] and folder.spec.shapes["mine"] == filled_kernel.SHAPES
+    assert cli.main(["space", "scale_add", "--shapes", "4096"]) == 0
+    assert "| space | 3 |" in capsys.readouterr().out  # THREADS: 128, 256, 512, none cut
+    if not gpu_available():  # compiles the baseline and the template's three configurations
+        assert cli.main(["check", "scale_add", "--samples", "3"]) == 0
+        assert "compiled 4 binaries of scale_add (0 failed)" in capsys.readouterr().out
+
+
+def test_a_skeleton_without_a_file(on_path, capsys):
+    assert cli.main(["new", "my_copy", "--dir", str(on_path)]) == 0
+    folder = suite.load("my_copy")
+    assert folder.spec.dtypes == ["bf16", "fp16", "fp32"] and [a.name for a in folder.spec.args] == ["x", "out", "n"]
+    assert "#include \"common.cuh\"" in folder.baseline.source
+
+
+@pytest.mark.parametrize("source, error", [
+    ('template <int N> __global__ void k(float* x) {}', "is a C++ template"),
+    ("__device__ float f(float x) { return x; }", "no `__global__ void NAME(...)` kernel"),
+    ('extern "C" __global__ void k(Params p) {}', "type 'Params' is none the suite launches"),
+])
+def test_a_file_it_cannot_read_is_named(tmp_path, capsys, source, error):
+    (tmp_path / "k.cu").write_text(source)
+    assert cli.main(["new", "k", "--from", str(tmp_path / "k.cu"), "--dir", str(tmp_path / "out")]) == 2
+    text = "".join(capsys.readouterr())
+    assert error in text and "Traceback" not in text and not (tmp_path / "out" / "k").exists()
+
+
+def test_a_name_taken_or_not_an_identifier_is_refused(tmp_path, capsys):
+    assert cli.main(["new", "rmsnorm", "--dir", str(tmp_path)]) == 2
+    assert "exists already" in "".join(capsys.readouterr())
+    assert cli.main(["new", "my-kernel", "--dir", str(tmp_path)]) == 2
+    assert "must be a Python identifier" in "".join(capsys.readouterr())
+
+
+def test_a_plain_global_gets_extern_c(tmp_path):
+    (tmp_path / "k.cu").write_text("__global__ void twice(const float* x, float* y, int n) { y[0] = 2 * x[0]; }\n")
+    files = new_kernel.scaffold("twice", (tmp_path / "k.cu").read_text(), "k.cu")
+    assert 'extern "C" __global__ void twice(' in files["baseline.cu"]
