@@ -26,6 +26,7 @@ def on_path(tmp_path, monkeypatch):
 
 def test_check_then_tune_a_kernel_made_with_astra_new(on_path, capsys):
     filled_kernel.filled(on_path / "kernels")
+    capsys.readouterr()  # what `astra new` said
     assert cli.main(["check", "scale_add", "--samples", "3", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert {r["status"] for r in results} == {"ok"} and len(results) == 2 * 4  # two shapes, baseline + three
