@@ -35,4 +35,5 @@ def test_check_then_tune_a_kernel_made_with_astra_new(on_path, capsys):
     capsys.readouterr()
     table = json.loads((out / "dispatch.json").read_text())
     assert len(table["entries"]) == len(filled_kernel.SHAPES)
-    assert {e["config"]["THREADS"] for e in table["entries"]} <= {128, 256, 512}
+    for entry in table["entries"]:  # the template at a THREADS of its list, or the baseline where it won
+        assert entry["config"] == {} or entry["config"]["THREADS"] in (128, 256, 512), entry
