@@ -170,3 +170,15 @@ def test_bench_shows_sglangs_own_kernel_as_a_peer(tmp_path, monkeypatch):
                                             "(sglang_rmsnorm)"}
     text = benchmark.render_markdown(report)
     assert "SGLang JIT column: rmsnorm: SGLang 0.5.23" in text and "| 5.00 |" in text
+
+
+def test_a_table_of_sglangs_own_kernel_is_not_exported(on_path, tmp_path, capsys):
+    """The export inlines every source into one .cu; SGLang's, with its headers and nvcc's C++20, is refused by name."""
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+
+    table = DispatchTable(kernel="sglang_rmsnorm", dtype="bf16", variant="default",
+                          entries=[DispatchEntry(shape={"T": 16, "H": 4096}, config={}, source="baseline")])
+    (tmp_path / "table.json").write_text(table.model_dump_json())
+    assert cli.main(["export", str(tmp_path / "table.json"), "--out", str(tmp_path / "out")]) == 1
+    text = "".join(capsys.readouterr())
+    assert "is built with its own compiler settings" in text and "Traceback" not in text

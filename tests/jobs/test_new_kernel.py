@@ -83,3 +83,25 @@ def test_a_plain_global_gets_extern_c(tmp_path):
     (tmp_path / "k.cu").write_text("__global__ void twice(const float* x, float* y, int n) { y[0] = 2 * x[0]; }\n")
     files = new_kernel.scaffold("twice", (tmp_path / "k.cu").read_text(), "k.cu")
     assert 'extern "C" __global__ void twice(' in files["baseline.cu"]
+
+
+def test_a_table_of_your_own_kernel_exports_with_a_custom_op_guide(on_path, tmp_path):
+    """No SGLang op is known for scale_add: its export guide wraps the callable as a torch custom op."""
+    import json
+
+    from astra_kernels.jobs.exporting import cuda_file
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+
+    filled_kernel.filled(on_path)
+    table = DispatchTable(kernel="scale_add", dtype="fp32", variant="default", entries=[
+        DispatchEntry(shape={"N": 4096}, config={"THREADS": 128}, median_us=2.0),
+        DispatchEntry(shape={"N": 1 << 20}, config={"THREADS": 512}, median_us=9.0)])
+    (tmp_path / "table.json").write_text(table.model_dump_json())
+    out = tmp_path / "export"
+    assert cli.main(["export", str(tmp_path / "table.json"), "--out", str(out)]) == 0
+    readme = (out / "README.md").read_text()
+    assert '@torch.library.custom_op("astra::scale_add", mutates_args=(\'out\',))' in readme
+    assert "def scale_add_op(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, alpha: float = 0.5) -> None:" in readme
+    assert "Swap it into an SGLang deployment" not in readme
+    manifest = json.loads((out / "export.json").read_text())
+    assert {tuple(sorted(b["config"].items())) for b in manifest["binaries"]} >= {(("THREADS", 128),), (("THREADS", 512),)}

@@ -31,7 +31,7 @@ from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, STATIC_SHARED_LI
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
-from astra_kernels.tools.templating.template import Exclusion, Template
+from astra_kernels.tools.templating.template import Build, Exclusion, Template
 
 from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
@@ -680,6 +680,12 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     table = source.table
     folder = suite.load(table.kernel)
     check_table(table, folder)
+    built_apart = [name for name in table.source_names() if table.source_of(name).build != Build()]
+    if built_apart:  # the export is one self-contained .cu that nvcc builds with its own flags
+        raise ExportError(f"{table.kernel}'s {', '.join(built_apart)} is built with its own compiler settings "
+                          "(//@ compiler, std, include or flag: another project's source with its headers, as "
+                          "`astra import-sglang` writes); the export inlines every source into one self-contained "
+                          ".cu and cannot carry those. Export a table whose entries are this project's templates.")
     suite.compute_capability(arch)
     for shape in shapes:
         if set(shape) != set(folder.spec.symbols):

@@ -98,6 +98,42 @@ def call_example(folder: suite.KernelFolder) -> str:
     return ", ".join(tensors + scalars)
 
 
+def custom_op_guide(k: str, folder: suite.KernelFolder) -> list[str]:
+    """For a kernel with no SGLang op to replace (one of your own): the callable as a PyTorch custom op,
+    which torch.compile and CUDA graphs treat as one opaque call that writes its out and inout tensors."""
+    spec = folder.spec
+    carried = set(shape_args(spec).values())
+    tensors = [a for a in spec.args if a.role != "scalar"]
+    scalars = [a for a in spec.args if a.role == "scalar" and a.name not in carried]
+    params = ", ".join([f"{a.name}: torch.Tensor" for a in tensors]
+                       + [f"{a.name}: {'float' if a.dtype.startswith('fp') else 'int'} = {a.value}" for a in scalars])
+    call = ", ".join([a.name for a in tensors] + [f"{a.name}={a.name}" for a in scalars])
+    mutated = ", ".join(repr(a.name) for a in tensors if a.role in ("out", "inout"))
+    return [
+        "## Use it from PyTorch",
+        "",
+        f"No SGLang op is known for {k}, so there is no swap-in; as a PyTorch custom op it is one opaque call "
+        "to torch.compile (which does not trace into it) and is captured whole by CUDA graphs:",
+        "",
+        "```python",
+        "import torch",
+        f"from {k}_launch import {k} as _tuned      # with this folder on sys.path",
+        "",
+        "",
+        f'@torch.library.custom_op("astra::{k}", mutates_args=({mutated}{"," if mutated.count(",") == 0 and mutated else ""}))',
+        f"def {k}_op({params}) -> None:",
+        f"    _tuned({call})",
+        "",
+        "",
+        f"@{k}_op.register_fake",
+        f"def _({params}) -> None:",
+        "    return None  # writes only the tensors it is given: nothing new to describe",
+        "```",
+        "",
+        f"Call `{k}_op(...)` (or `torch.ops.astra.{k}(...)`) where the model computed this op in PyTorch.",
+    ]
+
+
 def launcher_py(kernel: str, folder: suite.KernelFolder, dtype: str = "") -> str:
     launcher = generated_text("export_launch.py.in")
     return launcher.format(kernel=kernel, call=call_example(folder), dtype=dtype or "in the table's dtype")
@@ -199,5 +235,7 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
             f"call `{k}_launch(<device pointers and scalars as above>, stream)` with "
             "`at::cuda::getCurrentCUDAStream()` from your own torch extension, or through ctypes.",
         ]
+    else:
+        lines += ["", *custom_op_guide(k, folder)]
     lines += ["", "docs/export.md in the astra-kernels repository has the whole guide."]
     return "\n".join(lines) + "\n"
