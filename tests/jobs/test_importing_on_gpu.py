@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,8 @@ from astra_kernels.jobs import benchmark, importing
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
+from support import kernel_path
+
 pytestmark = pytest.mark.gpu
 
 
@@ -28,26 +28,12 @@ def imported(request, tmp_path_factory) -> Path:
     given = os.environ.get("ASTRA_SGLANG_IMPORTED")
     if given:
         return Path(given).resolve()
-    folder = Path(request.config.cache.mkdir("sglang-wheels"))
-    wheels = sorted(folder.glob("*.whl"))
-    if len(wheels) < 2:
-        try:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(folder),
-                            "sglang==0.5.23", "apache-tvm-ffi==0.1.11"], check=True, capture_output=True, timeout=600)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-            pytest.skip(f"no ASTRA_SGLANG_IMPORTED and the wheels cannot be fetched: {exc}")
-        wheels = sorted(folder.glob("*.whl"))
-    dest = tmp_path_factory.mktemp("imported") / "kernels"
-    assert cli.main(["import-sglang", str(dest), *(a for w in wheels for a in ("--from", str(w))), "--json"]) == 0
-    return dest
+    return kernel_path.import_sglang(tmp_path_factory.mktemp("imported") / "kernels", kernel_path.sglang_wheels(request))
 
 
 @pytest.fixture
 def on_path(imported, monkeypatch):
-    monkeypatch.setenv(suite.KERNELS_PATH, str(imported))
-    suite.load.cache_clear()
-    yield imported
-    suite.load.cache_clear()
+    yield from kernel_path.on_kernel_path(monkeypatch, imported)
 
 
 @pytest.mark.parametrize("port", sorted(importing.RECIPES))

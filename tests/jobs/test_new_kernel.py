@@ -10,15 +10,12 @@ from astra_kernels.jobs import new_kernel
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.toolchain.driver import gpu_available
 
-from support import filled_kernel
+from support import filled_kernel, kernel_path
 
 
 @pytest.fixture
 def on_path(tmp_path, monkeypatch):
-    monkeypatch.setenv(suite.KERNELS_PATH, str(tmp_path))
-    suite.load.cache_clear()
-    yield tmp_path
-    suite.load.cache_clear()
+    yield from kernel_path.on_kernel_path(monkeypatch, tmp_path)
 
 
 def test_the_signature_is_read_into_the_spec(on_path):
@@ -89,7 +86,6 @@ def test_a_table_of_your_own_kernel_exports_with_a_custom_op_guide(on_path, tmp_
     """No SGLang op is known for scale_add: its export guide wraps the callable as a torch custom op."""
     import json
 
-    from astra_kernels.jobs.exporting import cuda_file
     from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
     filled_kernel.filled(on_path)

@@ -8,29 +8,25 @@ import json
 import pytest
 
 from astra_kernels import cli
-from astra_kernels.kernels_sglang import suite
 
-from support import filled_kernel
+from support import filled_kernel, kernel_path
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture
 def on_path(tmp_path, monkeypatch):
-    monkeypatch.setenv(suite.KERNELS_PATH, str(tmp_path / "kernels"))
     (tmp_path / "kernels").mkdir()
-    suite.load.cache_clear()
-    yield tmp_path
-    suite.load.cache_clear()
+    yield from kernel_path.on_kernel_path(monkeypatch, tmp_path / "kernels")
 
 
 def test_check_then_tune_a_kernel_made_with_astra_new(on_path, capsys):
-    filled_kernel.filled(on_path / "kernels")
+    filled_kernel.filled(on_path)
     capsys.readouterr()  # what `astra new` said
     assert cli.main(["check", "scale_add", "--samples", "3", "--json"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert {r["status"] for r in results} == {"ok"} and len(results) == 2 * 4  # two shapes, baseline + three
-    out = on_path / "out"
+    out = on_path.parent / "out"
     assert cli.main(["tune", "scale_add", "--set", "mine", "--out", str(out), "--json"]) == 0
     capsys.readouterr()
     table = json.loads((out / "dispatch.json").read_text())
