@@ -64,13 +64,12 @@ RECIPES = {r.port: r for r in (
     Recipe("fused_add_rmsnorm", "elementwise/fused_add_rmsnorm.cuh",
            "sglang.kernels.ops.layernorm.norm.fused_add_rmsnorm"),
     Recipe("silu_and_mul", "elementwise/activation.cuh", "sglang.kernels.ops.activation.activation.silu_and_mul"),
+    Recipe("rotary_embedding", "elementwise/rope.cuh",
+           "sglang.kernels.ops.attention.rope.apply_rope_with_cos_sin_cache_inplace"),
 )}
 
 # The suite's other kernels, and why each is not imported: said by `astra import-sglang` every time.
 NOT_IMPORTED = {
-    "rotary_embedding": "SGLang's JIT rope (elementwise/rope.cuh, pos_enc.cuh) is there, but no launch recipe is "
-                        "written yet (its host code's kernel choice, and the mapping of its cos/sin cache layout "
-                        "to the port's arguments)",
     "per_token_group_quant_fp8": "gemm/per_token_group_quant.cuh is there, but no launch recipe is written yet (its "
                                  "host code picks among several kernels by group size and scale layout)",
     "merge_attn_states": "SGLang's JIT sources hold no merge_attn_states; its production kernel is sgl-kernel's, "
@@ -275,9 +274,9 @@ def _supported_shapes(recipe: Recipe, baseline_text: str, folder: Path) -> tuple
         if set_name == "odd":  # the port's own edge cases, shapes no model has
             continue
         for shape in shapes:
-            reasons = {instance.reason for dtype in recipe.dtypes
+            reasons = {instance.reason for dtype in recipe.dtypes for variant in port.spec.variants
                        if isinstance(instance := template.instantiate(
-                           {}, suite.environment(port.spec, shape, dtype, "default")), Exclusion)}
+                           {}, suite.environment(port.spec, shape, dtype, variant)), Exclusion)}
             if reasons:
                 dropped.append(f"{set_name} {port.spec.label(shape)}: {'; '.join(sorted(reasons))}")
             else:

@@ -77,12 +77,13 @@ def test_every_imported_baseline_compiles_for_sm_90(on_path, tmp_path):
     """At a shape of each kernel path SGLang's host code picks (warp, half-block and CTA rmsnorm),
     in bf16 and fp16: nvcc builds a cubin whose one entry takes the port's arguments."""
     shapes = {"sglang_rmsnorm": [{"T": 4, "H": 128}, {"T": 4, "H": 4096}, {"T": 4, "H": 2304}],
-              "sglang_fused_add_rmsnorm": [{"T": 4, "H": 4096}], "sglang_silu_and_mul": [{"T": 4, "D": 14336}]}
+              "sglang_fused_add_rmsnorm": [{"T": 4, "H": 4096}], "sglang_silu_and_mul": [{"T": 4, "D": 14336}],
+              "sglang_rotary_embedding": [dict(N=4, HQ=32, HK=8, D=128, R=128, P=4096), dict(N=4, HQ=32, HK=8, D=128, R=64, P=4096)]}
     for name, cases in shapes.items():
         folder = suite.load(name)
         for shape in cases:
-            for dtype in folder.spec.dtypes:
-                request = suite.request(folder, "baseline", shape, dtype, arch="sm_90")
+            for dtype, variant in [(d, v) for d in folder.spec.dtypes for v in folder.spec.variants]:
+                request = suite.request(folder, "baseline", shape, dtype, variant, arch="sm_90")
                 module = compile_source(request.source, request.options, cache=False)
                 entry = module.kernel(name)
                 assert module.arch == "sm_90" and module.nvrtc_version.startswith("nvcc ")
