@@ -66,12 +66,12 @@ RECIPES = {r.port: r for r in (
     Recipe("silu_and_mul", "elementwise/activation.cuh", "sglang.kernels.ops.activation.activation.silu_and_mul"),
     Recipe("rotary_embedding", "elementwise/rope.cuh",
            "sglang.kernels.ops.attention.rope.apply_rope_with_cos_sin_cache_inplace"),
+    Recipe("per_token_group_quant_fp8", "gemm/per_token_group_quant.cuh",
+           "sglang.kernels.ops.quantization.per_token_group_quant.per_token_group_quant"),
 )}
 
 # The suite's other kernels, and why each is not imported: said by `astra import-sglang` every time.
 NOT_IMPORTED = {
-    "per_token_group_quant_fp8": "gemm/per_token_group_quant.cuh is there, but no launch recipe is written yet (its "
-                                 "host code picks among several kernels by group size and scale layout)",
     "merge_attn_states": "SGLang's JIT sources hold no merge_attn_states; its production kernel is sgl-kernel's, "
                          "which ships compiled only",
     "topk_softmax": "SGLang's JIT moe/moe_topk_softmax.cuh is a different kernel (fused routing with "

@@ -78,7 +78,8 @@ def test_every_imported_baseline_compiles_for_sm_90(on_path, tmp_path):
     in bf16 and fp16: nvcc builds a cubin whose one entry takes the port's arguments."""
     shapes = {"sglang_rmsnorm": [{"T": 4, "H": 128}, {"T": 4, "H": 4096}, {"T": 4, "H": 2304}],
               "sglang_fused_add_rmsnorm": [{"T": 4, "H": 4096}], "sglang_silu_and_mul": [{"T": 4, "D": 14336}],
-              "sglang_rotary_embedding": [dict(N=4, HQ=32, HK=8, D=128, R=128, P=4096), dict(N=4, HQ=32, HK=8, D=128, R=64, P=4096)]}
+              "sglang_rotary_embedding": [dict(N=4, HQ=32, HK=8, D=128, R=128, P=4096), dict(N=4, HQ=32, HK=8, D=128, R=64, P=4096)],
+              "sglang_per_token_group_quant_fp8": [{"T": 4, "H": 7168}]}
     for name, cases in shapes.items():
         folder = suite.load(name)
         for shape in cases:
