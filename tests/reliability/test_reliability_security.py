@@ -42,7 +42,9 @@ FORBIDDEN = {
 # own making: pip on a build machine (nothing of the agent imports that script), this package's own
 # compiler child (sources go down a pipe, not into argv), compute-sanitizer running this package's
 # own child module on a request file it wrote.
-SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py", "tools/measuring/sanitizer.py"}
+# nvcc.py runs nvcc on a file it wrote, with the flags of CompileOptions (a template adds only allowlisted ones)
+SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py", "tools/measuring/sanitizer.py",
+                    "tools/toolchain/nvcc.py"}
 # Unpickling of what the same module pickled into a private temporary folder for its own child.
 UNPICKLERS = {"tools/measuring/sanitizer.py"}
 # Names that would carry a model's text (a kernel source, an answer) into a command line.

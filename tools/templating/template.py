@@ -212,7 +212,10 @@ _KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|default
 _LISTED = re.compile(r"^(include|flag)\s*:\s*(.*?)\s*$")  # may be given more than once
 _COMPILERS = ("nvrtc", "nvcc")
 _STD = re.compile(r"^c\+\+(11|14|17|20)$")
-_FLAG = re.compile(r"^--?[A-Za-z][\w.,+=-]*$")
+# The flags a template may add: switches of the code generated, never a path, a host compiler or a
+# program to run (a template can be a model's text, and these reach nvcc's command line).
+_FLAG = re.compile(r"^(--expt-relaxed-constexpr|--expt-extended-lambda|--extra-device-vectorization|--use_fast_math"
+                   r"|--(ftz|prec-div|prec-sqrt|fmad)=(true|false)|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*|-O[0-3])$")
 _NUMBER = re.compile(r"^-?\d+$")
 # How each directive is written, for the error on a line that starts with its word but does not parse.
 _USAGE = {
@@ -302,10 +305,12 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                 # a flag starts with -- itself: only ` -- ` (spaced) starts a note here
                 key, value = m.group(1), m.group(2).partition(" -- ")[0].strip()
                 if key == "include":
-                    build["include_dirs"].append(_include_dir(value, folder or Path(path).parent, where))
+                    build["include_dirs"].append(_include_dir(value, folder, where))
                 elif not _FLAG.match(value):
-                    raise TemplateError(f"{where}: {value!r} is not one compiler flag (write `//@ flag: --FLAG`, "
-                                        "one per line)")
+                    raise TemplateError(f"{where}: {value!r} is not a flag a template may add (one per line: -DNAME[=V], "
+                                        "-UNAME, -O0..3, --use_fast_math, --expt-relaxed-constexpr, "
+                                        "--expt-extended-lambda, --extra-device-vectorization, --ftz/--prec-div/"
+                                        "--prec-sqrt/--fmad=true|false)")
                 else:
                     build["flags"].append(value)
             elif (word := re.match(r"[A-Za-z_]*", text).group()) in _USAGE:
@@ -325,10 +330,16 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
     return template
 
 
-def _include_dir(value: str, base: Path, where: str) -> str:
-    """An `//@ include:` folder, relative to the template's own folder, made absolute (the compile
-    runs elsewhere); one that is not there is an error now rather than a compile's missing header."""
-    folder = (base / value).resolve()
+def _include_dir(value: str, base: Path | None, where: str) -> str:
+    """An `//@ include:` folder, relative to the template's own kernel folder, made absolute (the
+    compile runs elsewhere). Only a kernel folder's own files may include (a candidate's text, a
+    model's, has no folder), and only from beside it: the folder itself or its kernels directory,
+    never elsewhere on the machine. One that is not there is an error now, not a missing header later."""
+    if base is None:
+        raise TemplateError(f"{where}: include is for a kernel folder's own baseline.cu and template.cu")
+    folder, allowed = (base / value).resolve(), base.resolve().parent
+    if not folder.is_relative_to(allowed):
+        raise TemplateError(f"{where}: include folder {value!r} is outside {allowed}, the directory of kernel folders")
     if not folder.is_dir():
         raise TemplateError(f"{where}: include folder {value!r} is not a folder (it is taken relative to "
                             f"{base.resolve()})")

@@ -6,6 +6,7 @@ import pytest
 
 from astra_kernels.tools.templating.expressions import Expression, ExpressionError
 from astra_kernels.tools.templating.template import Exclusion, Instance, TemplateError, parse_template
+from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 
 GOOD = """\
 #include "common.cuh"
@@ -103,3 +104,44 @@ def test_expressions_are_safe_and_complete():
         Expression("y + 1")({})
     with pytest.raises(ExpressionError, match="division by zero"):
         Expression("1 // z")({"z": 0})
+
+
+BUILT = """//@ kernel: k
+//@ grid: 1
+//@ block: 32
+"""
+
+
+def test_build_directives_reach_the_compile_options(tmp_path):
+    (tmp_path / "vendored" / "include").mkdir(parents=True)
+    (tmp_path / "mine").mkdir()
+    source = BUILT + ("//@ compiler: nvcc\n//@ std: c++20\n//@ include: ../vendored/include\n"
+                      "//@ flag: --expt-relaxed-constexpr\n//@ flag: -DSGL_CUDA_ARCH=900 -- SGLang's own macro\n")
+    template = parse_template(source, "mine/baseline.cu", set(), tmp_path / "mine")
+    options = template.instantiate({}, {}).compile_options(CompileOptions(extra=["-DKEEP=1"]))
+    assert options.compiler == "nvcc" and options.std == "c++20"
+    assert options.include_dirs == [str((tmp_path / "vendored" / "include").resolve())]
+    assert options.extra == ["-DKEEP=1", "--expt-relaxed-constexpr", "-DSGL_CUDA_ARCH=900"]
+    plain = parse_template(BUILT, "t.cu").instantiate({}, {}).compile_options(CompileOptions())
+    assert (plain.compiler, plain.std, plain.include_dirs, plain.extra) == ("nvrtc", "c++17", [], [])
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("//@ include: ../x", "include is for a kernel folder's own"),  # a candidate (a model's text): no folder
+    ("//@ flag: -ccbin=python3", "is not a flag a template may add"),
+    ("//@ flag: -Xcompiler=-fplugin=x", "is not a flag a template may add"),
+    ("//@ flag: --run", "is not a flag a template may add"),
+    ("//@ compiler: clang", "compiler must be nvrtc or nvcc"),
+    ("//@ std: gnu++20", "std must be"),
+])
+def test_build_directives_a_template_may_not_give(line, needle):
+    with pytest.raises(TemplateError, match=needle):
+        parse_template(BUILT + line + "\n", "candidate.cu")
+
+
+def test_an_include_outside_the_kernels_directory_is_refused(tmp_path):
+    (tmp_path / "kernels" / "mine").mkdir(parents=True)
+    with pytest.raises(TemplateError, match="outside"):
+        parse_template(BUILT + "//@ include: /usr/include\n", "mine/baseline.cu", set(), tmp_path / "kernels" / "mine")
+    with pytest.raises(TemplateError, match="outside"):
+        parse_template(BUILT + "//@ include: ../../\n", "mine/baseline.cu", set(), tmp_path / "kernels" / "mine")
