@@ -72,6 +72,8 @@ class KernelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "KernelSpec":
+        if not any(self.shapes.values()):
+            raise ValueError(f"{self.name}: shapes needs a set with at least one shape")
         known = set(self.symbols) | {"ELEM_BYTES"}
         for arg in self.args:
             for text in [*arg.shape, *([arg.value] if arg.value else [])]:
@@ -99,8 +101,9 @@ class KernelSpec(BaseModel):
         return "bf16" if "bf16" in self.dtypes else self.dtypes[0]
 
     def default_shapes(self) -> list[dict[str, int]]:
-        """The shapes a tuning or agent run takes when none are given: Astra's, else serving's."""
-        return self.shapes.get("astra") or self.shapes["serving"]
+        """The shapes a tuning or agent run takes when none are given: Astra's, else serving's, else
+        the first set (a kernel of your own names its sets as it likes)."""
+        return self.shapes.get("astra") or self.shapes.get("serving") or next(iter(self.shapes.values()), [])
 
     def all_shapes(self) -> list[dict[str, int]]:
         """Every shape of every set, each once, in set order."""

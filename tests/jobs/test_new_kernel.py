@@ -30,6 +30,17 @@ def test_the_signature_is_read_into_the_spec(on_path):
     assert any(line.startswith("baseline.cu:3: //@ grid") for line in todo)
 
 
+def test_a_new_folder_is_listed_with_its_own_shape_set(on_path, capsys):
+    """Its set is "mine", neither astra nor serving: `astra kernels` lists it, its example shape from that set."""
+    import json
+
+    filled_kernel.made(on_path)
+    capsys.readouterr()
+    assert cli.main(["kernels", "--json"]) == 0
+    listed = {k["name"]: k for k in json.loads(capsys.readouterr().out)}
+    assert listed["scale_add"]["example_shape"] == "4096" and listed["scale_add"]["shapes"] == {"mine": ["4096"]}
+
+
 @pytest.mark.skipif(gpu_available(), reason="checks the no-GPU path; the GPU test runs the filled-in folder")
 def test_check_lists_what_is_left_and_compiles_what_it_can(on_path, capsys):
     filled_kernel.made(on_path)
