@@ -223,7 +223,7 @@ _USAGE = {
     "require": "require EXPRESSION -- why", "kernel": "kernel: NAME", "grid": "grid: X[, Y[, Z]]",
     "block": "block: X[, Y[, Z]]", "shared": "shared: BYTES", "fast_math": "fast_math: 0 or 1",
     "max_registers": "max_registers: N", "default": "default: NAME=V NAME=V ...",
-    "compiler": "compiler: nvrtc or nvcc", "std": "std: c++17 or c++20", "include": "include: FOLDER",
+    "compiler": "compiler: nvrtc or nvcc", "std": "std: c++11, c++14, c++17 or c++20", "include": "include: FOLDER",
     "flag": "flag: --FLAG",
 }
 
@@ -238,8 +238,9 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                    folder: Path | None = None) -> Template:
     """Parse the directives of `source`. `symbols` are the names the environment will provide
     (shape symbols, dtype and device facts, variant defines); any other name is an error now.
-    `folder` is where the file lies, which `//@ include:` folders are relative to (by default
-    the folder of `path`)."""
+    `folder` is the kernel folder the file lies in, which `//@ include:` folders are relative to.
+    Without one (a candidate: a model's text), the build directives (compiler, std, include, flag)
+    are refused: only a kernel folder's own files choose how they are built."""
     template = Template(source=source, path=path, kernel="")
     seen: dict[str, int] = {}
     keyed_lines: dict[str, int] = {}
@@ -291,6 +292,8 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                     setattr(template, key, dims)
                 elif key == "default":
                     template.default = _parse_assignments(value, where)
+                elif key in ("compiler", "std") and folder is None:
+                    raise TemplateError(f"{where}: {key} is for a kernel folder's own baseline.cu and template.cu")
                 elif key == "compiler":
                     if value not in _COMPILERS:
                         raise TemplateError(f"{where}: compiler must be nvrtc or nvcc, got {value!r}")
@@ -306,6 +309,8 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
                 key, value = m.group(1), m.group(2).partition(" -- ")[0].strip()
                 if key == "include":
                     build["include_dirs"].append(_include_dir(value, folder, where))
+                elif folder is None:
+                    raise TemplateError(f"{where}: flag is for a kernel folder's own baseline.cu and template.cu")
                 elif not _FLAG.match(value):
                     raise TemplateError(f"{where}: {value!r} is not a flag a template may add (one per line: -DNAME[=V], "
                                         "-UNAME, -O0..3, --use_fast_math, --expt-relaxed-constexpr, "

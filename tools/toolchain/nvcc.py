@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -48,7 +49,7 @@ def nvcc_path() -> str:
             tried.append(f"{var}: {candidate}")
     raise ToolchainError(
         "this kernel is compiled with nvcc (its `//@ compiler: nvcc`), and no nvcc was found; tried "
-        + "; ".join(tried) + ". Install the CUDA toolkit (or `pip install nvidia-cuda-nvcc`) or set ASTRA_NVCC.")
+        + "; ".join(tried) + ". Install the CUDA toolkit, or set ASTRA_NVCC to an nvcc binary.")
 
 
 @functools.cache
@@ -59,6 +60,9 @@ def nvcc_version() -> str:
     if not match:
         raise ToolchainError(f"{nvcc_path()} --version did not say its version: {out.strip()[-200:] or '(nothing)'}")
     return f"nvcc {match.group(1)}"
+
+
+NVCC_TIMEOUT_S = 600  # a bound of nvcc's own, beside the compile child's deadline: its children die with it
 
 
 def _kill_with_parent() -> None:
@@ -81,13 +85,29 @@ def nvcc_compile(source: str, name: str, flags: list[str],
         keep.mkdir()
         command = [nvcc_path(), "-cubin", "-o", str(folder / "out.cubin"), "--keep", f"--keep-dir={keep}",
                    *flags, f"-I{folder}", str(folder / name)]
+        # nvcc in a session of its own, so its children (the host preprocessor, cicc, ptxas), which
+        # do not inherit the kill-with-parent request, are killed with it as one process group on
+        # its timeout or on anything that stops this call (a Ctrl-C, the compile child's deadline)
         try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=folder,
-                                  preexec_fn=_kill_with_parent, check=False)
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder,
+                                       preexec_fn=_kill_with_parent, start_new_session=True)
         except OSError as exc:
             raise ToolchainError(f"cannot run {command[0]}: {exc}") from exc
-        log = (done.stdout + done.stderr).replace(f"{folder}/", "")
-        if done.returncode != 0:
+        try:
+            out, err = process.communicate(timeout=NVCC_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ToolchainError(f"nvcc ran past {NVCC_TIMEOUT_S} s and was stopped") from None
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log = (out + err).replace(f"{folder}/", "")
+        if process.returncode != 0 and (process.returncode < 0 or "error" not in log):
+            # killed, or failed without a diagnostic (no host compiler, a full disk): the machine's
+            # failure, not the source's, so raised rather than cached as the source's compile error
+            raise ToolchainError(f"nvcc failed without a compile error (exit {process.returncode}): "
+                                 f"{log.strip()[-500:] or 'no output'}")
+        if process.returncode != 0:
             return False, log, b"", ""
         ptx = "\n".join(p.read_text(errors="replace") for p in sorted(keep.glob("*.ptx")))
         return True, log, (folder / "out.cubin").read_bytes(), ptx

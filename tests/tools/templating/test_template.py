@@ -126,17 +126,24 @@ def test_build_directives_reach_the_compile_options(tmp_path):
     assert (plain.compiler, plain.std, plain.include_dirs, plain.extra) == ("nvrtc", "c++17", [], [])
 
 
+@pytest.mark.parametrize("line", ["//@ include: ../x", "//@ compiler: nvcc", "//@ std: c++20",
+                                  "//@ flag: --use_fast_math"])
+def test_a_candidate_gives_no_build_directive(line):
+    """A candidate (a model's text) has no kernel folder: how it is built is never its to say."""
+    with pytest.raises(TemplateError, match="is for a kernel folder's own"):
+        parse_template(BUILT + line + "\n", "candidate.cu")
+
+
 @pytest.mark.parametrize("line, needle", [
-    ("//@ include: ../x", "include is for a kernel folder's own"),  # a candidate (a model's text): no folder
     ("//@ flag: -ccbin=python3", "is not a flag a template may add"),
     ("//@ flag: -Xcompiler=-fplugin=x", "is not a flag a template may add"),
     ("//@ flag: --run", "is not a flag a template may add"),
     ("//@ compiler: clang", "compiler must be nvrtc or nvcc"),
     ("//@ std: gnu++20", "std must be"),
 ])
-def test_build_directives_a_template_may_not_give(line, needle):
+def test_build_directives_a_kernel_folder_may_not_give(tmp_path, line, needle):
     with pytest.raises(TemplateError, match=needle):
-        parse_template(BUILT + line + "\n", "candidate.cu")
+        parse_template(BUILT + line + "\n", "mine/baseline.cu", set(), tmp_path)
 
 
 def test_an_include_outside_the_kernels_directory_is_refused(tmp_path):
