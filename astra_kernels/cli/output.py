@@ -108,3 +108,30 @@ def progress_bar(description: str, *, enabled: bool = True) -> Iterator[Callable
                 bar.update(task, completed=done, total=total, description=description, advance=advance)
 
         yield update
+
+
+def cluster_table(rows: list[dict], title: str) -> Table:
+    """The cluster's workers, one row each: where, which GPU, what it measures, how many done."""
+    table = Table(title=title)
+    for name, justify in (("worker", "right"), ("where", "left"), ("gpu", "left"), ("state", "left"),
+                          ("done", "right"), ("measuring now", "left")):
+        table.add_column(name, justify=justify)
+    for row in rows:
+        state = row["state"] + (f" (replaces {row['replaces']})" if row.get("replaces") is not None else "")
+        table.add_row(str(row["worker"]), row["where"], row["gpu"], state, str(row["done"]), row["doing"] or "-")
+    return table
+
+
+@contextmanager
+def cluster_view(status: Callable[[], list[dict]], title: str) -> Iterator[None]:
+    """On a terminal, the cluster's workers live, redrawn twice a second while the block runs
+    (`status()`: tools/cluster/pool.py's rows); elsewhere nothing until the caller prints the
+    final table (print_table(cluster_table(...))), so a log gets whole lines, not redraws."""
+    if not console.is_terminal:
+        yield
+        return
+    from rich.live import Live
+
+    with Live(cluster_table(status(), title), console=console, refresh_per_second=2, transient=True,
+              get_renderable=lambda: cluster_table(status(), title)):
+        yield

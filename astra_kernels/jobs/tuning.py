@@ -18,6 +18,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -120,11 +121,15 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
          rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
          verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
          compile_timeout_s: float | None = None,
-         compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold") -> TuneReport:
+         compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold",
+         parallel: int = 1) -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
     `compile_timeout_s` bounds each configuration's compile while the space is pruned;
     `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
-    `l2` is the regime every configuration is timed in ("cold" or "warm"), which the table records."""
+    `l2` is the regime every configuration is timed in ("cold" or "warm"), which the table records.
+    `parallel`: shapes searched at once, and evaluations of the later phases in flight at once,
+    for a worker that runs several (a cluster's GPUs of one kind: tools/cluster/); each shape's
+    search is the same sequence of proposals either way, so the report is the same but for times."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -137,7 +142,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
 
-    for shape in shapes:
+    def one_shape(shape: dict[str, int]) -> ShapeResult:
         label = spec.label(shape)
         env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
         configs = folder.template.sample_configs(sample, seed) if sample else None
@@ -157,25 +162,55 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
         )
-        report.shapes.append(ShapeResult(
+        return ShapeResult(
             shape=shape, label=label, space_total=space.total,
             space_after_constraints=space.after_constraints, space_after_compile=space.after_compile,
             space_candidates=space.after_hardware, pruned_reasons=space.reasons()[:8],
             baseline_us=baseline.timing.median_us if baseline.status == "ok" and baseline.timing else None,
             baseline_status=baseline.status, search=outcome,
-        ))
+        )
+
+    report.shapes = _map(one_shape, shapes, parallel)
 
     winners = {s.label: s.search.best_config for s in report.shapes if s.search.best_config}
     seconds = budget.seconds if budget and budget.seconds else None
     deadline = _clock() + seconds * len(report.shapes) if seconds else None
+    if parallel > 1:  # measured all at once here, so that _general reads them from the store
+        _prefetch_general(winners, report.shapes, request, evaluator, labels, deadline, parallel)
     report.general, report.general_us, measured, report.general_cut = _general(
         winners, report.shapes, request, evaluator, labels, deadline)
     if progress and report.general_cut:
         progress(report.general_cut, None)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
                                     entries=[_entry(s, measured.get(s.label, [])) for s in report.shapes])
-    verify_dispatch(report, folder, worker, evaluator, verify or [], progress)
+    verify_dispatch(report, folder, worker, evaluator, verify or [], progress, parallel)
     return report
+
+
+def _map(function: Callable, items: list, parallel: int) -> list:
+    """`function` over `items`, in their order; `parallel` at a time on threads (each mostly waits
+    on a cluster's worker), or one after another in this thread."""
+    if parallel <= 1 or len(items) <= 1:
+        return [function(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(parallel, len(items)), thread_name_prefix="tune") as threads:
+        return list(threads.map(function, items))
+
+
+def _prefetch_general(winners: dict[str, dict], shapes, request, evaluator, labels, deadline, parallel: int) -> None:
+    """Every winner at every shape through the store, `parallel` at a time: _general then finds
+    them stored, and picks exactly as it would have measuring them one by one."""
+    pairs = []
+    for config in {tuple(sorted(c.items())): c for c in winners.values()}.values():
+        for s in shapes:
+            req = request("template", s.shape, config)
+            if not isinstance(req, Exclusion):
+                pairs.append((req, labels("template", s.shape)(config)))
+
+    def measure(pair) -> None:
+        if deadline is None or _clock() <= deadline:
+            evaluator(pair[0], **pair[1])
+
+    _map(measure, pairs, parallel)
 
 
 class _Requests:
@@ -200,17 +235,20 @@ class _Requests:
 
 def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,
                     shapes: list[dict[str, int]],
-                    progress: Callable[[str, Trial | None], None] | None = None) -> list[VerifiedShape]:
+                    progress: Callable[[str, Trial | None], None] | None = None,
+                    parallel: int = 1) -> list[VerifiedShape]:
     """Run the dispatch table's pick at each shape through the correctness checks and time it
     beside the baseline; the results replace those of the same shapes in `report.verified`."""
     limits = limits_for(worker.device["arch"], worker.device.get("multiprocessors"),
                         worker.device.get("max_shared_per_block_optin"))
     requests = _Requests(folder, report.dtype, report.variant, limits, report.l2)
-    found = []
-    for shape in shapes:
+
+    def verify(shape) -> VerifiedShape:
         if progress:
             progress(f"verifying {folder.spec.label(shape)}", None)
-        found.append(_verify(report.dispatch, shape, folder.spec, requests, evaluator))
+        return _verify(report.dispatch, shape, folder.spec, requests, evaluator)
+
+    found = _map(verify, shapes, parallel)
     labels = {v.label for v in found}
     report.verified = [v for v in report.verified if v.label not in labels] + found
     return found

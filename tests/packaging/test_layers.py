@@ -2,7 +2,7 @@
 within one layer), no import cycle exists, and every module imports alone in a fresh interpreter.
 
 The order, lowest first (a module may import its own layer and the ones below):
-  tools.errors < tools.toolchain < tools.measuring | tools.templating < tools.search
+  tools.errors < tools.toolchain < tools.measuring | tools.templating < tools.search | tools.cluster
   < kernels_sglang < defaults, redaction < runtime < jobs, evaluators, testing
   < graph.state, graph.context < nodes.shared < nodes < graph < cli
 "|" marks peers that must not import each other; no node imports another node.
@@ -28,7 +28,7 @@ LAYERS = [
     (0, ["tools.errors", "tools"]),
     (1, ["tools.toolchain"]),
     (2, ["tools.measuring", "tools.templating"]),
-    (3, ["tools.search"]),
+    (3, ["tools.search", "tools.cluster"]),
     (4, ["kernels_sglang"]),
     (5, ["", "defaults", "redaction"]),
     (6, ["runtime"]),
@@ -41,7 +41,7 @@ LAYERS = [
     (12, ["cli"]),
 ]
 # Same layer, but neither may import the other.
-PEERS = [("tools.measuring", "tools.templating")]
+PEERS = [("tools.measuring", "tools.templating"), ("tools.search", "tools.cluster")]
 # Shims kept at old import paths for launchers written by earlier versions: they point up on purpose.
 SHIMS = {f"{PACKAGE}.kernels_sglang.{m}" for m in ("dispatch", "launcher", "exported")}
 

@@ -37,6 +37,7 @@ Status = Literal[
     "ok", "compile_error", "incorrect", "invalid", "launch_error", "crashed", "timeout",
     "compile_timeout",  # NVRTC ran past the worker's compile deadline; its process was killed
     "unrecorded",  # a replay (tools/measuring/replay.py) has no measurement of this candidate: nothing ran
+    "lost",  # the cluster's worker running it was lost (its process or node, tools/cluster/): no verdict on it
     "toolchain_error",  # the compiler itself could not run (not the candidate's fault): never stored
 ]
 
@@ -106,6 +107,10 @@ class EvaluationResult(BaseModel):
     fraction_of_mix_bandwidth: float | None = None
     wall_seconds: float = 0.0
     fatal: bool = False  # the worker's CUDA context can no longer be trusted
+    # Where it was measured: the machine (a cluster's node) and its GPU there, as that node numbers
+    # them; empty in recordings from before clusters. A time is only compared within one `device`.
+    host: str = ""
+    gpu: str = ""
 
     @property
     def correct(self) -> bool:

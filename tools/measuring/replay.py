@@ -15,12 +15,15 @@ import gzip
 import os
 import shutil
 import sqlite3
+import tempfile
+import time
 import uuid
 import zlib
 from pathlib import Path
 
 from astra_kernels.tools.errors import AstraError, WorkerError
 from .evaluation import EvaluationRequest, EvaluationResult
+from .results import ResultsStore, evaluation_key
 
 
 class ReplayWorker:
@@ -141,3 +144,66 @@ def _refuse_to_lose(existing: Path, copy: Path, recording: Path) -> None:
         raise AstraError(f"{existing} holds {lost} result(s) that {recording} lacks (a GPU run's, or another "
                          "recording's); a replay will not overwrite them: give it another results path, or "
                          "delete that store")
+
+
+class RecordedWorker:
+    """A stand-in GPU that answers each evaluation from a recording, as the GPU it recorded did.
+
+    A ReplayWorker sits behind a working copy of the recording, which the StoredEvaluator consults
+    first, so it is only ever asked what the recording lacks. This one is asked everything, by a
+    caller whose own results store starts empty: a cluster's driver (tools/cluster/), whose store
+    must end up holding what the workers answered. Its answers are the recording's own results,
+    after `pace` times each one's recorded wall time (0: at once), so a replayed cluster keeps the
+    GPU's share of the time and its evaluation rate can be measured on CPUs. The recording is read
+    only; a gzipped one is unpacked to a private temporary file first.
+    """
+
+    def __init__(self, recording: str | Path, device: str | None = None, pace: float = 0.0):
+        recording = Path(recording)
+        if pace < 0:
+            raise ValueError(f"pace must be 0 or more, not {pace}")
+        self._unpacked = None
+        path = recording
+        if recording.suffix == ".gz":
+            handle, name = tempfile.mkstemp(suffix=".sqlite", prefix="astra-recorded-")
+            os.close(handle)
+            self._unpacked = path = Path(name)
+            try:
+                with gzip.open(recording, "rb") as source, open(path, "wb") as target:
+                    shutil.copyfileobj(source, target)
+            except (gzip.BadGzipFile, EOFError, zlib.error, OSError) as exc:
+                path.unlink(missing_ok=True)
+                raise AstraError(f"{recording} is not a readable results store ({exc})") from exc
+        self._replay = ReplayWorker(path, device=device, recording=recording)
+        self.device = self._replay.device
+        self.restarts = 0
+        self.pace = pace
+        self._store = ResultsStore(path, read_only=True)
+
+    def __enter__(self) -> "RecordedWorker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._store.close()
+        if self._unpacked is not None:
+            self._unpacked.unlink(missing_ok=True)
+            self._unpacked = None
+
+    def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
+        found = self._store.get(evaluation_key(request, self.device["name"]))
+        if found is None:
+            refused = self._replay.evaluate(request)
+            return refused.model_copy(update={"message": refused.message.replace(
+                str(self._replay.store_path), self.device["replay"])})
+        if self.pace:
+            time.sleep(found.wall_seconds * self.pace)
+        return found
+
+    def call(self, function, *args, timeout_s: float | None = None):
+        return self._replay.call(function, *args, timeout_s=timeout_s)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,7 +100,10 @@ class ResultsStore:
         if not read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         # Not bound to its creating thread: a graph's nodes may run on another thread than the one
-        # that opened the store, and the process closes it at exit; uses never overlap.
+        # that opened the store, and the process closes it at exit. Threads may share it (a
+        # cluster's driver searches several shapes at once): each use holds the lock, so one
+        # connection never interleaves two transactions.
+        self._lock = threading.RLock()
         target = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else self.path
         self._db = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                    check_same_thread=False, uri=read_only)
@@ -150,9 +154,11 @@ class ResultsStore:
 
     @contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
-        """SQLite says 'file is not a database' without saying which file; this does."""
+        """SQLite says 'file is not a database' without saying which file; this does. Holds the
+        store's lock for the whole use (a write's transaction included)."""
         try:
-            yield
+            with self._lock:
+                yield
         except sqlite3.OperationalError as exc:  # locked past the timeout, disk full, read-only
             raise ResultsStoreError(f"results store {self.path}: {doing} failed: {exc}") from exc
         except sqlite3.DatabaseError as exc:

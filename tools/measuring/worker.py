@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -200,6 +201,7 @@ class EvaluationWorker:
                 message=f"no answer within {deadline:.1f} s (a hung kernel or compile); the worker was killed",
                 **base,
             )
+        result.host, result.gpu = result.host or socket.gethostname(), result.gpu or str(self.device_index)
         if result.fatal:
             self._replace()
         if result.status == "toolchain_error":

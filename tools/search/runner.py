@@ -84,7 +84,7 @@ class StoredEvaluator:
         if (stored := self.store.get(key)) is not None:
             return stored, True
         result = self.worker.evaluate(request)
-        if result.status != "unrecorded":  # a replay's refusal is not a measurement
+        if result.status not in ("unrecorded", "lost"):  # a replay's refusal, a lost worker: no measurement
             self.store.put(key, request, result, run_id=self.run_id, **labels)
         return result, False
 

@@ -8,9 +8,10 @@ launch. Results are cached on disk; `compile_many` spreads variants over the CPU
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -20,7 +21,7 @@ from .compile_cache import CompileCache
 from .compiler_process import compile_in_child
 from .headers import cuda_include_dir
 from .nvrtc import (
-    CompiledModule, CompileOptions, Diagnostic, compile_here, from_cache, key_and_flags, resolve_arch,
+    CompiledModule, CompileOptions, Diagnostic, compile_here, from_cache, key_and_flags, resolve_arch, to_cache,
 )
 from .processes import die_with_parent, interrupts_blocked
 
@@ -120,7 +121,22 @@ def compile_many(
     if progress is not None and outcomes:
         progress(len(outcomes), len(resolved))
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
-    if workers == 1 or len(misses) <= 2:
+    if _EXECUTOR is not None and misses:
+        # A cluster's CPUs (tools/cluster/compiling.py): each compile a task on any node's cores,
+        # its outcome sent back here; the node's own compile cache keeps it for the next run there.
+        jobs = {_EXECUTOR.submit(_compile_one, i, *resolved[i], None, timeout_s=timeout_s): i for i in misses}
+        try:
+            for job in futures.as_completed(jobs):
+                finished(jobs[job], job.result())
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            raise
+        if store is not None:
+            for i in misses:
+                if outcomes[i].module is not None:
+                    to_cache(store, key_and_flags(*resolved[i], "kernel.cu")[0], outcomes[i].module)
+    elif workers == 1 or len(misses) <= 2:
         for i in misses:
             finished(i, _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s))
     else:
@@ -154,6 +170,23 @@ def compile_many(
         finally:
             _LIVE_POOLS.pop(pool, None)
     return [outcomes[i] for i in range(len(resolved))]
+
+
+# Where compile_many sends the compiles the cache cannot answer, instead of a pool of this host's
+# processes: an executor whose submit() returns a concurrent.futures.Future (compiling_with).
+_EXECUTOR: futures.Executor | None = None
+
+
+@contextlib.contextmanager
+def compiling_with(executor: futures.Executor) -> Iterator[None]:
+    """Every compile_many in this process, in any thread, sends its compiles to `executor` meanwhile
+    (a Ray cluster's tasks: tools/cluster/compiling.py), and its results into this host's cache."""
+    global _EXECUTOR
+    before, _EXECUTOR = _EXECUTOR, executor
+    try:
+        yield
+    finally:
+        _EXECUTOR = before
 
 
 # Pools compiling now, in any thread, each with whether stop_compiles has killed its workers.

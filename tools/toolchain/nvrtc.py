@@ -278,8 +278,13 @@ def compile_here(source: str, options: CompileOptions, *, name: str = "kernel.cu
         kernels=kernels, compile_seconds=seconds,
     )
     if cache is not None:
-        cache.put(key, {"ok": True, "module": module.model_dump(exclude={"cubin", "cached"})}, cubin)
+        to_cache(cache, key, module)
     return _loadable(module)
+
+
+def to_cache(store: CompileCache, key: str, module: CompiledModule) -> None:
+    """Keep a compiled module under `key` (compiled here, or elsewhere and sent back)."""
+    store.put(key, {"ok": True, "module": module.model_dump(exclude={"cubin", "cached"})}, module.cubin)
 
 
 def raise_compile_error(source: str, log: str):

@@ -10,6 +10,7 @@ from rich.markup import escape
 from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
+from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
 from astra_kernels.cli.output import console, progress_bar
 
 
@@ -18,7 +19,7 @@ def add_parser(sub) -> None:
     from astra_kernels.tools.search.strategies import STRATEGIES
 
     tune = sub.add_parser("tune", help="search a kernel's template on the local GPU (the offline main job)")
-    tune.add_argument("kernel")
+    tune.add_argument("kernel", nargs="+", help="one kernel or several (each to out/KERNEL)")
     tune.add_argument("--shapes", help="comma-separated shapes (default: the kernel's astra set, else serving)")
     tune.add_argument("--set", help="one shape set of the kernel's spec (the shipped kernels have astra, serving and odd)")
     tune.add_argument("--dtype")
@@ -43,8 +44,9 @@ def add_parser(sub) -> None:
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
                            "default) or warm (inputs resident, as in decode); the dispatch table records it")
     tune.add_argument("--seed", type=int, default=0)
-    tune.add_argument("--out", help="output folder (default out/KERNEL)")
+    tune.add_argument("--out", help="output folder (default out/KERNEL; with several kernels, OUT/KERNEL)")
     add_measuring_arguments(tune)
+    add_cluster_arguments(tune, "spread the kernels and their shapes")
     tune.add_argument("--json", action="store_true")
     tune.set_defaults(run=run)
 
@@ -53,7 +55,79 @@ def run(args) -> int:
     """Search the template's space at each shape on the local GPU; write the results and a report.
 
     On the local GPU, or replayed from a recorded results store (whose copy in the output folder
-    becomes the run's store, so the recording itself is never written)."""
+    becomes the run's store, so the recording itself is never written); several kernels one after
+    another; with --ray, all of them at once over a cluster's GPUs."""
+    check_cluster_arguments(args)
+    if args.ray is not None:
+        return _tune_on_cluster(args)
+    code, reports = 0, []
+    for kernel in dict.fromkeys(args.kernel):
+        code = max(code, _tune_one(args, kernel, reports))
+    _print_json(args, reports)
+    return code
+
+
+def _print_json(args, reports: list) -> None:
+    """--json: one report as an object, several as an array."""
+    if args.json and reports:
+        print(reports[0].model_dump_json(indent=2) if len(reports) == 1 else
+              "[" + ",\n".join(r.model_dump_json(indent=2) for r in reports) + "]")
+
+
+def _tune_on_cluster(args) -> int:
+    """Every kernel at its shapes over the cluster's GPUs, each GPU kind tuning for itself."""
+    from astra_kernels.defaults import TUNE_SECONDS
+    from astra_kernels.jobs import cluster_tuning
+    from astra_kernels.kernels_sglang import recordings as shipped
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.measuring.results import ResultsStore
+    from astra_kernels.tools.search.runner import Budget
+
+    jobs, stores = [], {}
+    for kernel in dict.fromkeys(args.kernel):
+        folder = suite.load(kernel)
+        shapes = shapes_from(folder, args) or folder.spec.default_shapes()
+        dtype = args.dtype or folder.spec.default_dtype()
+        suite.check_run(folder, shapes, dtype, args.variant)
+        verify = {"tuned": [], "sets": folder.spec.all_shapes()}[args.verify]
+        recording = str(shipped.resolve(args.replay, folder.spec.name)) if args.replay else None
+        jobs.append(cluster_tuning.KernelJob(folder, shapes, dtype, args.variant, tuple(verify), recording))
+    recordings = [j.recording for j in jobs] if args.replay else None
+    seconds = args.seconds
+    if seconds is None and args.budget is None:
+        seconds = TUNE_SECONDS / max(len(j.shapes) for j in jobs)  # the shapes run at once, not in turn
+    budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
+    paths = {j.folder.spec.name: Path(args.store or output_folder(args, j.folder.spec.name) / "results.sqlite")
+             for j in jobs}
+    with contextlib.ExitStack() as stack:
+        for name, path in paths.items():
+            stores[name] = stack.enter_context(ResultsStore(path))
+        stack.enter_context(_saved_if_interrupted("every evaluation so far, in the results store(s) "
+                                                  + ", ".join(str(p) for p in paths.values())))
+        pool = stack.enter_context(cluster_pool(args, recordings, f"tuning {', '.join(stores)}"))
+        kinds = len(pool.kinds)
+        reports = cluster_tuning.tune_on_cluster(
+            pool, jobs, stores, strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
+            sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2)
+    code, printed = 0, []
+    for (kind, name), report in reports.items():
+        job = next(j for j in jobs if j.folder.spec.name == name)
+        out = output_folder(args, name)
+        out = out / cluster_tuning.kind_folder(kind) if kinds > 1 else out
+        code = max(code, finish(args, job.folder, report, out, paths[name]))
+        printed.append(report)
+    _print_json(args, printed)
+    return code
+
+
+def output_folder(args, name: str) -> Path:
+    """--out for one kernel, OUT/KERNEL for several, else out/KERNEL."""
+    if args.out:
+        return Path(args.out) / name if len(set(args.kernel)) > 1 else Path(args.out)
+    return Path(f"out/{name}")
+
+
+def _tune_one(args, kernel: str, reports: list) -> int:
     from astra_kernels.defaults import TUNE_SECONDS
     from astra_kernels.evaluators import open_evaluator
     from astra_kernels.jobs import tuning
@@ -62,12 +136,12 @@ def run(args) -> int:
     from astra_kernels.tools.measuring.results import ResultsStore
     from astra_kernels.tools.search.runner import Budget, StoredEvaluator
 
-    folder = suite.load(args.kernel)
+    folder = suite.load(kernel)
     spec = folder.spec
     shapes = shapes_from(folder, args) or spec.default_shapes()
     dtype = args.dtype or spec.default_dtype()
     suite.check_run(folder, shapes, dtype, args.variant)
-    out = Path(args.out or f"out/{spec.name}")
+    out = output_folder(args, spec.name)
     store_path = Path(args.store or out / "results.sqlite")
     try:
         worker_context = open_evaluator(spec.name, store_path, replay=args.replay, gpu=args.gpu, needs=(
@@ -107,10 +181,16 @@ def run(args) -> int:
                                  strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
                                  sample=args.sample, verify=verify, max_spill_bytes=args.max_spill_bytes,
                                  progress=progress, compiling=compiling, l2=args.l2)
+    reports.append(report)
+    return finish(args, folder, report, out, store_path)
+
+
+def finish(args, folder, report, out: Path, store_path: Path) -> int:
+    """Write a kernel's outputs, print its report, and say what failed (the exit code)."""
+    from astra_kernels.jobs import tuning
+
     written = tuning.write_outputs(folder, report, out)
-    if args.json:
-        print(report.model_dump_json(indent=2))
-    else:
+    if not args.json:
         console.print(tuning.render_markdown(report), markup=False, highlight=False)
         console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
     if unmeasured := report.unmeasured:

@@ -1,0 +1,73 @@
+"""`--ray`, as `astra tune` and `astra optimize` take it: the cluster and its pool of workers for one
+command, and what the command prints of them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from astra_kernels.cli.output import cluster_table, cluster_view, console, print_table
+
+
+def add_cluster_arguments(parser, what: str) -> None:
+    parser.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                        help=f"{what} over the GPUs of a Ray cluster, one evaluation worker per GPU, compiles on "
+                             "its CPUs: alone, a cluster on this machine for this command; `auto` or HOST:PORT, an "
+                             "existing one (needs pip install 'astra-kernels[ray]')")
+    parser.add_argument("--workers", type=_positive, help="with --ray: how many workers (default one per GPU of the "
+                                                          "cluster; a --replay on a cluster without GPUs: 2)")
+    parser.add_argument("--pace", type=_pace, help="with --ray --replay: each answer takes PACE times its recorded "
+                                                   "evaluation's wall time (a cluster's evaluation rate, on CPUs)")
+
+
+def _positive(text: str) -> int:
+    from astra_kernels.cli.arguments import positive_int
+
+    return positive_int(text)
+
+
+def _pace(text: str) -> float:
+    from astra_kernels.cli.arguments import positive_seconds
+
+    return positive_seconds(text)
+
+
+def check_cluster_arguments(args) -> None:
+    from astra_kernels.tools.errors import UsageError
+
+    if args.ray is None and (args.workers or args.pace):
+        raise UsageError("--workers and --pace are for a run on a Ray cluster (--ray)")
+    if args.pace and not args.replay:
+        raise UsageError("--pace is for a replay (--replay): a GPU takes the time it takes")
+
+
+@contextlib.contextmanager
+def cluster_pool(args, recordings: list[str] | None, title: str) -> Iterator:
+    """The Ray cluster `args.ray` names (started here when it is "local") and a WorkerPool on it:
+    one worker per GPU, or `args.workers`; replay workers over `recordings` when given. Shows the
+    workers live on a terminal, and prints them when done."""
+    from astra_kernels.kernels_sglang.suite import KERNELS_PATH
+    from astra_kernels.tools.cluster.pool import WorkerPool
+    from astra_kernels.tools.cluster.runtime import connected
+    from astra_kernels.tools.errors import UsageError
+
+    address = None if args.ray == "local" else args.ray
+    with connected(address) as resources:
+        gpus = int(resources["GPU"])
+        if recordings is None and not gpus:
+            raise UsageError(f"the Ray cluster {'on this machine' if address is None else address} has no GPU "
+                             "(a replay runs without one: --replay recorded)")
+        count = args.workers or gpus or 2
+        environment = {KERNELS_PATH: os.environ[KERNELS_PATH]} if os.environ.get(KERNELS_PATH) else {}
+        console.print(f"Ray cluster: {gpus} GPU(s), {int(resources['CPU'])} CPU(s); starting {count} "
+                      f"{'replay ' if recordings else ''}worker(s)", highlight=False)
+        with WorkerPool(count, recordings=recordings, pace=args.pace or 0.0,
+                        gpus_per_worker=1.0 if gpus else 0.0, environment=environment) as pool:
+            try:
+                with cluster_view(pool.status, title):
+                    yield pool
+            finally:
+                print_table(cluster_table(pool.status(), f"{title}: the workers"))
+                for line in pool.lost:
+                    console.print(f"[yellow]lost:[/yellow] {line}", highlight=False)

@@ -1,0 +1,72 @@
+"""`astra tune --ray`: several kernels, each at all its shapes, over every GPU of a Ray cluster.
+
+Each GPU kind of the cluster tunes every kernel for itself (a table is only ever the measurements
+of one kind: tuned/<kind>/), its kernels and their shapes all at once on threads of this driver,
+their evaluations queued for that kind's workers (tools/cluster/pool.py) and their compiles sent to
+the cluster's CPUs as tasks. Every shape's search is the one a single GPU would run (the same
+proposals in the same order), so the tables are the same up to the timing spread. This driver
+alone writes the results stores: workers send back results, and each becomes a row here as it
+arrives, so a re-run skips what is stored and a killed run resumes.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.kernels_sglang.tuned_tables import device_key
+from astra_kernels.tools.cluster.compiling import RayCompileExecutor
+from astra_kernels.tools.cluster.pool import WorkerPool
+from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import StoredEvaluator
+from astra_kernels.tools.toolchain.compiler import compiling_with
+from . import tuning
+
+
+@dataclass(frozen=True)
+class KernelJob:
+    """One kernel to tune: its folder, shapes, dtype, variant and the shapes its table is verified at."""
+
+    folder: suite.KernelFolder
+    shapes: list[dict[str, int]]
+    dtype: str
+    variant: str = "default"
+    verify: tuple[dict[str, int], ...] = ()
+    recording: str | None = None  # a replay's: the recording of this kernel the workers answer from
+
+
+def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, ResultsStore], *,
+                    compile_on_cluster: bool = True, **options) -> dict[tuple[str, str], tuning.TuneReport]:
+    """Tune every job on every GPU kind of `pool`; reports by (GPU kind, kernel). `stores`: each
+    kernel's results store (by name); `options`: tuning.tune's (strategy, budget, rounds, seed,
+    sample, max_spill_bytes, l2). With `compile_on_cluster`, compiles are tasks on the cluster's
+    CPUs (else this host's cores)."""
+    work = [(kind, job) for kind in pool.kinds for job in jobs]
+
+    def run(item) -> tuple[tuple[str, str], tuning.TuneReport]:
+        kind, job = item
+        view = pool.view(kind)
+        if job.recording:  # the workers hold every kernel's recording; this report names its own
+            view.device["replay"] = job.recording
+        evaluator = StoredEvaluator(view, stores[job.folder.spec.name], run_id=f"tune-{job.folder.spec.name}")
+        report = tuning.tune(job.folder, view, evaluator, shapes=job.shapes, dtype=job.dtype, variant=job.variant,
+                             verify=list(job.verify), parallel=max(len(job.shapes), len(job.verify), 1), **options)
+        return (kind, job.folder.spec.name), report
+
+    def run_all() -> dict[tuple[str, str], tuning.TuneReport]:
+        with ThreadPoolExecutor(max_workers=max(1, len(work)), thread_name_prefix="tune-kernel") as threads:
+            return dict(threads.map(run, work))
+
+    if compile_on_cluster:
+        with compiling_with(RayCompileExecutor()):
+            return run_all()
+    return run_all()
+
+
+def kind_folder(kind: str) -> str:
+    """A GPU kind's folder below out/KERNEL when a cluster has several kinds, named as the shipped
+    tables name theirs (tuned/h200/), else the device's name made a path."""
+    key = device_key(kind)
+    return key.lower() if key else "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-")
+

@@ -1,0 +1,53 @@
+"""What runs inside each of the cluster's actors: the worker of one GPU.
+
+An actor is placed on a node with a free GPU (Ray sets CUDA_VISIBLE_DEVICES to it, so it is
+device 0 here) and starts an EvaluationWorker, whose child process owns the CUDA context: a
+kernel that faults or hangs kills that child, never the actor, and the result says so as it does
+locally. For a replay the actor holds the recordings instead (RecordedWorker), each answer the
+recorded one. Either way the actor measures and answers; it never writes a results store (the
+driver does: tools/cluster/pool.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
+from astra_kernels.tools.measuring.replay import RecordedWorker
+from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S, EvaluationWorker
+
+
+class EvaluationHost:
+    """One GPU's worker in one actor (made a Ray actor class by pool.py)."""
+
+    def __init__(self, recordings: list[str] | None = None, device: str | None = None, pace: float = 0.0,
+                 timeout_s: float = EVALUATION_TIMEOUT_S, environment: dict[str, str] | None = None):
+        """`recordings`: answer from these (a replay) instead of the GPU; `environment`: variables
+        the driver's kernels need here (ASTRA_KERNELS_PATH: the user's kernel folders)."""
+        os.environ.update(environment or {})
+        import ray
+
+        self.where = {"host": socket.gethostname(), "gpu": ",".join(str(g) for g in ray.get_gpu_ids()) or "-",
+                      "pid": os.getpid()}
+        if recordings:
+            self.workers = [RecordedWorker(r, device=device, pace=pace) for r in recordings]
+        else:
+            self.workers = [EvaluationWorker(device_index=0, timeout_s=timeout_s)]
+        for worker in self.workers:
+            worker.start()
+
+    def describe(self) -> dict:
+        """The GPU (name, arch, multiprocessors, ...) and where it is (host, gpu, pid)."""
+        return {**self.workers[0].device, **self.where}
+
+    def evaluate(self, request: EvaluationRequest) -> EvaluationResult:
+        for worker in self.workers:
+            result = worker.evaluate(request)
+            if result.status != "unrecorded":
+                break
+        return result.model_copy(update={"host": self.where["host"], "gpu": self.where["gpu"]})
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.close()

@@ -1,0 +1,255 @@
+"""The cluster's GPUs as one pool of workers: an evaluation goes to an idle worker of its GPU kind.
+
+One actor per GPU (host.py). Callers on many threads (a driver searching several shapes and
+kernels at once) each call `evaluate` and block until a worker of the kind they tune for is free
+and has answered; so work queued for the cluster goes to whichever GPU frees first, and a lost
+node's share simply goes to the others. Only measurements of one GPU kind are ever compared: a
+caller holds a `KindView`, whose device is that kind's and whose evaluations go to it alone.
+
+Faults. A kernel that faults or hangs is the actor's EvaluationWorker's to survive (its child
+dies, the result says crashed or timeout, as it does locally). An actor that dies itself (its
+process killed, its node gone) is found when its answer fails: the candidate it held comes back
+as status "lost" (no verdict on the candidate, so the results store keeps nothing and a re-run
+measures it), and a replacement actor is started in the background wherever a GPU is free. One
+that cannot be placed within `start_timeout_s` (a node lost with its GPUs) is given up; when a
+kind has no worker left and none starting, its callers get a WorkerError naming it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from astra_kernels.tools.errors import WorkerError
+from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
+from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S
+from .host import EvaluationHost
+from .runtime import ray_module
+
+# How long past the worker's own evaluation deadline the driver waits for an actor's answer: the
+# worker kills a hung kernel itself, so an actor silent this long is itself stuck, and is replaced.
+ANSWER_GRACE_S = 120.0
+
+
+@dataclass
+class Slot:
+    """One GPU's worker as the driver sees it."""
+
+    index: int
+    handle: object  # the Ray actor
+    device: dict  # name, arch, multiprocessors, ..., host, gpu, pid
+    doing: str = ""  # what it measures now ("" when idle)
+    done: int = 0
+    alive: bool = True
+    replaces: int | None = None  # the slot whose lost actor this one replaced
+    since: float = field(default_factory=time.monotonic)
+
+    @property
+    def kind(self) -> str:
+        return self.device["name"]
+
+    @property
+    def where(self) -> str:
+        return f"{self.device.get('host', '?')} GPU {self.device.get('gpu', '?')}"
+
+
+class WorkerPool:
+    """Actors on `count` GPUs (see the module docstring); use as a context manager."""
+
+    def __init__(self, count: int, *, recordings: list[str] | None = None, device: str | None = None,
+                 pace: float = 0.0, gpus_per_worker: float = 1.0, timeout_s: float = EVALUATION_TIMEOUT_S,
+                 start_timeout_s: float = 120.0, environment: dict[str, str] | None = None):
+        """`recordings`: replay workers answering from these instead of GPUs (`pace`: times their
+        recorded wall time); `gpus_per_worker`: each actor's GPU share, 0 for replay workers on a
+        cluster without GPUs; `environment`: variables the actors set (the kernel path)."""
+        if count < 1:
+            raise WorkerError("the cluster has no GPU to put an evaluation worker on (Ray lists none); "
+                              "a replay on a cluster without GPUs takes --workers N")
+        self._ray = ray_module()
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._actor_class = self._ray.remote(EvaluationHost).options(
+            num_gpus=gpus_per_worker, num_cpus=0, max_restarts=0, max_concurrency=2)
+        self._arguments = dict(recordings=recordings, device=device, pace=pace, timeout_s=timeout_s,
+                               environment=environment)
+        self._lock = threading.Condition()
+        self.slots: list[Slot] = []
+        self._idle: dict[str, deque[Slot]] = {}
+        self._starting = 0
+        self.lost: list[str] = []  # what was lost, in words, for the report
+        handles = [self._actor_class.remote(**self._arguments) for _ in range(count)]
+        try:
+            devices = self._ray.get([h.describe.remote() for h in handles], timeout=start_timeout_s)
+        except Exception as exc:
+            for handle in handles:
+                self._ray.kill(handle)
+            raise WorkerError(f"the cluster's {count} evaluation worker(s) did not all start within "
+                              f"{start_timeout_s:.0f} s: {_first_line(exc)}") from None
+        for handle, device in zip(handles, devices):
+            self._add(handle, device)
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _add(self, handle, device: dict, replaces: int | None = None) -> Slot:
+        with self._lock:
+            slot = Slot(index=len(self.slots), handle=handle, device=device, replaces=replaces)
+            self.slots.append(slot)
+            self._idle.setdefault(slot.kind, deque()).append(slot)
+            self._lock.notify_all()
+        return slot
+
+    @property
+    def kinds(self) -> list[str]:
+        """The GPU kinds of the live workers, by name."""
+        with self._lock:
+            return sorted({s.kind for s in self.slots if s.alive})
+
+    def view(self, kind: str) -> "KindView":
+        return KindView(self, kind)
+
+    def live(self, kind: str | None = None) -> list[Slot]:
+        with self._lock:
+            return [s for s in self.slots if s.alive and (kind is None or s.kind == kind)]
+
+    def _acquire(self, kind: str, label: str) -> Slot:
+        with self._lock:
+            while not self._idle.get(kind):
+                if not self.live(kind) and not self._starting:
+                    raise WorkerError(f"no {kind} worker is left in the cluster (lost: {'; '.join(self.lost)})")
+                self._lock.wait(1.0)
+            slot = self._idle[kind].popleft()
+            slot.doing = label
+            return slot
+
+    def _release(self, slot: Slot) -> None:
+        with self._lock:
+            slot.doing = ""
+            slot.done += 1
+            if slot.alive:
+                self._idle.setdefault(slot.kind, deque()).append(slot)
+            self._lock.notify_all()
+
+    def evaluate(self, kind: str, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
+        """Run `request` on an idle `kind` worker, waiting for one; always a result, except a
+        toolchain failure in the worker (raised, as the local worker raises it) or no worker left."""
+        ray = self._ray
+        slot = self._acquire(kind, request.label or request.kernel)
+        started = time.perf_counter()
+        deadline = (timeout_s or self.timeout_s) + ANSWER_GRACE_S
+        try:
+            result = ray.get(slot.handle.evaluate.remote(request), timeout=deadline)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            why = (f"no answer within {deadline:.0f} s" if isinstance(exc, ray.exceptions.GetTimeoutError)
+                   else _first_line(exc))
+            self._lose(slot, why)
+            return EvaluationResult(
+                status="lost", label=request.label, kernel=request.kernel, device=slot.kind,
+                arch=slot.device.get("arch", ""), bytes_moved=request.problem.bytes_moved,
+                host=slot.device.get("host", ""), gpu=str(slot.device.get("gpu", "")),
+                wall_seconds=time.perf_counter() - started,
+                message=f"the worker on {slot.where} was lost while measuring this ({why}); not stored, so a "
+                        "re-run measures it again; a replacement is started where a GPU is free")
+        except ray.exceptions.RayTaskError as exc:  # the worker raised: its compiler cannot run
+            self._release(slot)
+            raise WorkerError(f"the worker on {slot.where} failed: {_first_line(exc.cause or exc)}") from None
+        self._release(slot)
+        return result
+
+    def _lose(self, slot: Slot, why: str) -> None:
+        """Mark `slot` dead, kill what is left of its actor, and start its replacement."""
+        with self._lock:
+            slot.alive, slot.doing = False, ""
+            self.lost.append(f"{slot.where} ({why})")
+            self._starting += 1
+            self._lock.notify_all()
+        try:
+            self._ray.kill(slot.handle)
+        except Exception:  # already gone with its node
+            pass
+        threading.Thread(target=self._replace, args=(slot,), daemon=True, name=f"replace-worker-{slot.index}").start()
+
+    def _replace(self, slot: Slot) -> None:
+        handle = self._actor_class.remote(**self._arguments)
+        try:
+            device = self._ray.get(handle.describe.remote(), timeout=self.start_timeout_s)
+        except Exception as exc:
+            try:
+                self._ray.kill(handle)
+            except Exception:
+                pass
+            with self._lock:
+                self.lost.append(f"no replacement for {slot.where} started within {self.start_timeout_s:.0f} s "
+                                 f"({_first_line(exc)}); its work goes to the others")
+                self._starting -= 1
+                self._lock.notify_all()
+            return
+        self._add(handle, device, replaces=slot.index)
+        with self._lock:
+            self._starting -= 1
+            self._lock.notify_all()
+
+    def status(self) -> list[dict]:
+        """Per worker: where, which GPU, what it measures now, how many done, alive or lost."""
+        with self._lock:
+            return [{"worker": s.index, "where": s.where, "gpu": s.kind, "doing": s.doing, "done": s.done,
+                     "state": "lost" if not s.alive else ("busy" if s.doing else "idle"),
+                     "replaces": s.replaces} for s in self.slots]
+
+    def close(self) -> None:
+        for slot in self.live():
+            try:
+                self._ray.get(slot.handle.close.remote(), timeout=30)
+            except Exception:
+                pass
+            self._ray.kill(slot.handle)
+        with self._lock:
+            for slot in self.slots:
+                slot.alive = False
+            self._lock.notify_all()
+
+
+class KindView:
+    """The pool's workers of one GPU kind, standing where an EvaluationWorker would."""
+
+    def __init__(self, pool: WorkerPool, kind: str):
+        live = pool.live(kind)
+        if not live:
+            raise WorkerError(f"the cluster has no {kind} worker")
+        self.pool, self.kind = pool, kind
+        self.device = {k: v for k, v in live[0].device.items() if k not in ("host", "gpu", "pid")}
+        self.restarts = 0
+
+    @property
+    def parallelism(self) -> int:
+        """How many evaluations of this kind can run at once: its live workers."""
+        return max(1, len(self.pool.live(self.kind)))
+
+    def __enter__(self) -> "KindView":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
+        return self.pool.evaluate(self.kind, request, timeout_s)
+
+    def call(self, function: Callable, *args, timeout_s: float | None = None):
+        raise WorkerError(f"a cluster's workers run evaluations only, not {getattr(function, '__name__', function)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__

@@ -1,0 +1,48 @@
+"""Connecting to a Ray cluster, or starting one on this machine, for one command's duration.
+
+`--ray` alone starts a local cluster (this machine's GPUs and cores) that ends with the command;
+`--ray auto` joins the cluster this machine is part of, `--ray HOST:PORT` a given one; either is
+left running. Ray is imported here and only here, so that without `--ray` it is never needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from astra_kernels.tools.errors import AstraError
+
+INSTALL = "pip install 'astra-kernels[ray]'"
+
+
+def ray_module():
+    """The `ray` package, or an AstraError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise AstraError(f"--ray needs Ray, which is not installed here: {INSTALL}") from None
+    return ray
+
+
+@contextlib.contextmanager
+def connected(address: str | None, *, num_gpus: int | None = None, num_cpus: int | None = None) -> Iterator[dict]:
+    """Ray initialised for the block; yields the cluster's resources (GPU, CPU counts). A cluster
+    this call starts (no `address`) is shut down at the end, one it joins is left as it was, and
+    a Ray the caller had already initialised is used and left alone. `num_gpus`/`num_cpus` size a
+    local cluster (a test's stand-in GPUs); they are refused with an address."""
+    ray = ray_module()
+    if address and (num_gpus is not None or num_cpus is not None):
+        raise AstraError("a cluster's size is its own: num_gpus and num_cpus are only for a local one")
+    ours = not ray.is_initialized()
+    if ours:
+        try:
+            ray.init(address=address or None, num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
+            raise AstraError(f"cannot connect to {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    try:
+        yield {name: ray.cluster_resources().get(name, 0) for name in ("GPU", "CPU")}
+    finally:
+        if ours:
+            ray.shutdown()
