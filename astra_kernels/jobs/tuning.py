@@ -122,14 +122,15 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
          verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
          compile_timeout_s: float | None = None,
          compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold",
-         parallel: int = 1) -> TuneReport:
+         parallel: int = 1, configs: list[dict[str, int]] | None = None) -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
     `compile_timeout_s` bounds each configuration's compile while the space is pruned;
     `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
     `l2` is the regime every configuration is timed in ("cold" or "warm"), which the table records.
     `parallel`: shapes searched at once, and evaluations of the later phases in flight at once,
     for a worker that runs several (a cluster's GPUs of one kind: tools/cluster/); each shape's
-    search is the same sequence of proposals either way, so the report is the same but for times."""
+    search is the same sequence of proposals either way, so the report is the same but for times.
+    `configs`: the configurations to search instead of the whole space (or `sample` of it)."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -145,8 +146,9 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     def one_shape(shape: dict[str, int]) -> ShapeResult:
         label = spec.label(shape)
         env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
-        configs = folder.template.sample_configs(sample, seed) if sample else None
-        space = build_space(folder.template, env, base, limits, configs=configs, max_spill_bytes=max_spill_bytes,
+        chosen_configs = configs if configs is not None else (folder.template.sample_configs(sample, seed) if sample
+                                                              else None)
+        space = build_space(folder.template, env, base, limits, configs=chosen_configs, max_spill_bytes=max_spill_bytes,
                             compile_timeout_s=compile_timeout_s,
                             progress=(lambda done, total, label=label: compiling(label, done, total))
                             if compiling else None)

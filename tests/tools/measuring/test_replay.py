@@ -13,7 +13,7 @@ from astra_kernels import cli
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs import tuning
 from astra_kernels.tools.errors import AstraError, WorkerError
-from astra_kernels.tools.measuring.replay import ReplayWorker
+from astra_kernels.tools.measuring.replay import RecordedWorker, ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import Budget, StoredEvaluator
 from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker
@@ -138,3 +138,29 @@ def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
     with pytest.raises(AstraError, match="no results store at"):
         ReplayWorker.from_recording(tmp_path / "missing.sqlite.gz", work)
     assert not list(tmp_path.glob(".*.copy")) and not list(work.parent.glob(".*.copy"))
+
+
+def test_a_recorded_worker_answers_everything_from_its_recording(tmp_path):
+    """The cluster's stand-in GPU: asked everything (its caller's store is empty), it answers the
+    recorded result of what was measured and refuses the rest naming the recording, never writing it."""
+    _record(tmp_path / "rec.sqlite")
+    with open(tmp_path / "rec.sqlite", "rb") as raw, gzip.open(tmp_path / "rec.sqlite.gz", "wb") as packed:
+        shutil.copyfileobj(raw, packed)
+    with ResultsStore(tmp_path / "rec.sqlite", read_only=True) as recorded:
+        expected = {r["key"]: r["result"] for r in recorded.rows()}
+    worker = RecordedWorker(tmp_path / "rec.sqlite.gz")
+    unpacked = worker._unpacked
+
+    def run(store_name: str, evaluations: int):
+        with ResultsStore(tmp_path / store_name) as store:
+            report = tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
+                                 sample=40, seed=2, strategy="random", budget=Budget(evaluations=evaluations))
+            return report, {r["key"]: r["result"] for r in store.rows()}
+
+    _, answered = run("same.sqlite", 6)  # the recorded run again: every answer the recorded one
+    assert answered == expected
+    report, _ = run("more.sqlite", 10)  # a longer search: what was never measured is refused
+    refused = [t for s in report.shapes for t in s.search.trials if t.status == "unrecorded"]
+    assert refused and all(str(tmp_path / "rec.sqlite.gz") in t.message for t in refused)
+    worker.close()
+    assert not unpacked.exists()  # its private copy is gone with it

@@ -1,0 +1,112 @@
+"""`astra tune --ray` on a local Ray cluster whose three "GPUs" answer from a recording: the
+driver's results store and report equal a one-worker run's, the work is spread over the workers,
+and a worker killed mid-run is replaced, its candidate lost (never stored) and measured by a re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from astra_kernels import cli
+from astra_kernels.jobs import cluster_tuning
+from astra_kernels.tools.cluster.pool import WorkerPool
+from astra_kernels.tools.cluster.runtime import connected
+from astra_kernels.tools.measuring.results import ResultsStore
+
+from support import cluster_replay as replay
+
+ray = replay.need_ray()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local cluster with three stand-in GPUs (Ray's own GPU resources: nothing touches CUDA)."""
+    with connected(None, num_gpus=3, num_cpus=2) as resources:
+        yield resources
+
+
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    return replay.one_worker_run(tmp_path_factory.mktemp("one") / "results.sqlite")
+
+
+def test_a_cluster_run_equals_a_one_worker_run(cluster, one_worker, tmp_path):
+    report_one, rows_one = one_worker
+    job = cluster_tuning.KernelJob(replay.FOLDER, replay.SHAPES, "bf16", verify=tuple(replay.SHAPES),
+                                   recording=replay.recording())
+    with WorkerPool(3, recordings=[replay.recording()]) as pool, ResultsStore(tmp_path / "r.sqlite") as store:
+        reports = cluster_tuning.tune_on_cluster(pool, [job], {replay.KERNEL: store}, **replay.OPTIONS)
+        status = pool.status()
+        stored = store.rows()
+        assert replay.rows(store) == rows_one
+    assert list(reports) == [("NVIDIA H200", replay.KERNEL)]
+    assert replay.comparable(reports["NVIDIA H200", replay.KERNEL]) == replay.comparable(report_one)
+    # every evaluation went to a worker (the driver's store started empty), spread over them
+    assert sum(s["done"] for s in status) >= len(stored) > 3 * len(replay.SHAPES)
+    assert sum(s["done"] > 0 for s in status) >= 2
+    # each row names the host and the GPU that measured it
+    assert {r["result"]["host"] for r in stored} == {socket.gethostname()}
+    assert {r["result"]["gpu"] for r in stored} <= {"0", "1", "2"}
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_its_candidate_measured_again(cluster, one_worker, tmp_path):
+    report_one, rows_one = one_worker
+    store_path = tmp_path / "r.sqlite"
+    done: dict = {}
+    with WorkerPool(2, recordings=[replay.recording()], pace=10.0) as pool, ResultsStore(store_path) as store:
+        view = pool.view("NVIDIA H200")
+        thread = threading.Thread(target=lambda: done.update(report=replay.tune(view, store, parallel=3)))
+        thread.start()
+        busy = _wait_for(lambda: [s for s in pool.status() if s["state"] == "busy"])
+        victim = pool.slots[busy[0]["worker"]]
+        os.kill(victim.device["pid"], signal.SIGKILL)
+        thread.join(300)
+        assert not thread.is_alive()
+        report = done["report"]
+        assert [s.label for s in report.shapes] == [s.label for s in report_one.shapes]  # the run ended in its report
+        assert any(victim.where in line for line in pool.lost)
+        assert any(s.replaces == victim.index and s.alive for s in pool.slots)  # replaced
+        lost = [t for s in report.shapes for t in s.search.trials if t.status == "lost"]
+        lost += [s for s in report.shapes if s.baseline_status == "lost"]
+        lost += [v for v in report.verified if v.status == "lost"]
+        assert lost, "the killed worker's candidate is reported lost"
+        assert store.count(status="lost") == 0  # a lost worker is no verdict on its candidate: never stored
+    # the same command again: what was stored is reused, and what was lost is measured
+    with WorkerPool(2, recordings=[replay.recording()]) as pool, ResultsStore(store_path) as store:
+        again = replay.tune(pool.view("NVIDIA H200"), store, parallel=3)
+        assert replay.rows(store) == rows_one
+    assert replay.comparable(again, reuse=False) == replay.comparable(report_one, reuse=False)
+
+
+def test_astra_tune_ray_writes_each_kernel_and_shows_the_workers(cluster, tmp_path, capsys):
+    code = cli.main(["tune", "silu_and_mul", "rmsnorm", "--ray", "--replay", "recorded", "--shapes", "16x4096",
+                     "--sample", "12", "--strategy", "exhaustive", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    for kernel in ("silu_and_mul", "rmsnorm"):
+        assert (tmp_path / kernel / "dispatch.json").is_file() and (tmp_path / kernel / "results.sqlite").is_file()
+        assert f"recorded/h200-2026-11-24/{kernel}.sqlite.gz" in (tmp_path / kernel / "report.md").read_text()
+    table = [line for line in out.splitlines() if line.startswith("| ") and "NVIDIA H200" in line and "GPU" in line]
+    assert len(table) == 3 and all(line.count("|") == 7 for line in table), out[-3000:]  # three workers, whole rows
+
+
+def test_cluster_options_without_ray_are_one_line_errors(capsys):
+    assert cli.main(["tune", "silu_and_mul", "--workers", "2"]) == 2
+    assert cli.main(["tune", "silu_and_mul", "--ray", "--pace", "2"]) == 2
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == 2 and "--ray" in lines[0] and "--replay" in lines[1]
+
+
+def _wait_for(condition, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.05)
+    raise AssertionError("the condition never held")
