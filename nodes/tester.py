@@ -1,4 +1,5 @@
-"""tester: the round's new rewrites compiled in parallel, then checked and timed one by one.
+"""tester: the round's new rewrites compiled in parallel, then checked and timed one by one (on a
+cluster, all at once).
 
 Each candidate is checked and timed at every shape of the run in one evaluation per shape
 (shared/measure.py), then, when correct there, checked at the kernel's `odd` shapes (widths
@@ -15,7 +16,8 @@ from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate
 
 from astra_kernels.nodes.shared.attempts import first_line
-from astra_kernels.nodes.shared.measure import evaluate, odd_shapes, precompile
+from astra_kernels.nodes.shared.measure import evaluate, odd_shapes, parallelism, precompile
+from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.nodes.shared.progress import say
 
 
@@ -23,13 +25,16 @@ def test(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     pending = [Candidate.model_validate(d) for d in state.get("drafts", []) if d["verdict"] == "pending"]
     precompile(context, state["kernel"], state["dtype"], state["shapes"], pending)
-    tested, failed_ones, lines, seconds = [], [], [], 0.0
-    for candidate in pending:
-        before = candidate.gpu_seconds
+
+    def check(candidate: Candidate) -> Candidate:
         candidate = evaluate(context, state["kernel"], state["dtype"], state["shapes"], candidate)
-        if candidate.verdict == "passed":
-            candidate = odd_shapes(context, state, candidate)
-        seconds += candidate.gpu_seconds - before
+        return odd_shapes(context, state, candidate) if candidate.verdict == "passed" else candidate
+
+    # On a cluster, the round's candidates at once (each its shapes at once); else one by one.
+    checked = map_in_threads(check, pending, parallelism(context, state["kernel"]))
+    tested, failed_ones, lines, seconds = [], [], [], 0.0
+    for before, candidate in zip(pending, checked):
+        seconds += candidate.gpu_seconds - before.gpu_seconds
         tested.append(candidate)
         if candidate.verdict == "passed":
             lines.append(say("tester", f"candidate {candidate.id} is correct at all {len(state['shapes'])} shapes"

@@ -22,7 +22,7 @@ from astra_kernels.jobs import tuning
 from astra_kernels.tools.search.runner import Budget
 
 from astra_kernels.nodes.shared.attempts import failed, template_key
-from astra_kernels.nodes.shared.measure import odd_shapes, parse_candidate, stored_evaluator
+from astra_kernels.nodes.shared.measure import odd_shapes, parallelism, parse_candidate, stored_evaluator
 from astra_kernels.nodes.shared.progress import say
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 
@@ -55,7 +55,8 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     started = time.monotonic()
     report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
                          budget=Budget(seconds=seconds / len(shapes)), sample=context.tune_sample,
-                         progress=progress, compile_timeout_s=deadline, compiling=compiling, l2=context.l2)
+                         progress=progress, compile_timeout_s=deadline, compiling=compiling, l2=context.l2,
+                         parallel=parallelism(context, state["kernel"]))
     searched_s = time.monotonic() - started  # for the report's costs
     measurements, configs = [], {}
     for shaped in report.shapes:

@@ -43,10 +43,11 @@ def check_cluster_arguments(args) -> None:
 
 
 @contextlib.contextmanager
-def cluster_pool(args, recordings: list[str] | None, title: str) -> Iterator:
+def cluster_pool(args, recordings: list[str] | None, title: str, live: bool = True) -> Iterator:
     """The Ray cluster `args.ray` names (started here when it is "local") and a WorkerPool on it:
     one worker per GPU, or `args.workers`; replay workers over `recordings` when given. Shows the
-    workers live on a terminal, and prints them when done."""
+    workers live on a terminal (unless `live` is False: a command with its own progress bar, since
+    a terminal shows one live display at a time), and prints them when done."""
     from astra_kernels.kernels_sglang.suite import KERNELS_PATH
     from astra_kernels.tools.cluster.pool import WorkerPool
     from astra_kernels.tools.cluster.runtime import connected
@@ -65,7 +66,7 @@ def cluster_pool(args, recordings: list[str] | None, title: str) -> Iterator:
         with WorkerPool(count, recordings=recordings, pace=args.pace or 0.0,
                         gpus_per_worker=1.0 if gpus else 0.0, environment=environment) as pool:
             try:
-                with cluster_view(pool.status, title):
+                with cluster_view(pool.status, title) if live else contextlib.nullcontext():
                     yield pool
             finally:
                 print_table(cluster_table(pool.status(), f"{title}: the workers"))

@@ -11,13 +11,13 @@ arrives, so a re-run skips what is stored and a killed run resumes.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.tuned_tables import device_key
 from astra_kernels.tools.cluster.compiling import RayCompileExecutor
 from astra_kernels.tools.cluster.pool import WorkerPool
+from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import StoredEvaluator
 from astra_kernels.tools.toolchain.compiler import compiling_with
@@ -55,8 +55,7 @@ def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, R
         return (kind, job.folder.spec.name), report
 
     def run_all() -> dict[tuple[str, str], tuning.TuneReport]:
-        with ThreadPoolExecutor(max_workers=max(1, len(work)), thread_name_prefix="tune-kernel") as threads:
-            return dict(threads.map(run, work))
+        return dict(map_in_threads(run, work, len(work)))
 
     if compile_on_cluster:
         with compiling_with(RayCompileExecutor()):

@@ -18,7 +18,6 @@ import math
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from pydantic import BaseModel, Field
 from . import charts as plots
 from .generated_files import generated_text
 from astra_kernels.defaults import TIMING_NOISE
+from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
@@ -163,6 +163,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
+            parallel=spread,
         )
         return ShapeResult(
             shape=shape, label=label, space_total=space.total,
@@ -172,7 +173,11 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             baseline_status=baseline.status, search=outcome,
         )
 
-    report.shapes = _map(one_shape, shapes, parallel)
+    # Workers beyond one per shape measure configurations of a shape side by side, where its
+    # strategy's proposals do not depend on scores (runner.UNINFORMED); a search of one shape on
+    # eight GPUs is then eight times as wide.
+    spread = max(1, getattr(worker, "parallelism", 1) // max(1, min(parallel, len(shapes))))
+    report.shapes = map_in_threads(one_shape, shapes, parallel)
 
     winners = {s.label: s.search.best_config for s in report.shapes if s.search.best_config}
     seconds = budget.seconds if budget and budget.seconds else None
@@ -189,15 +194,6 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     return report
 
 
-def _map(function: Callable, items: list, parallel: int) -> list:
-    """`function` over `items`, in their order; `parallel` at a time on threads (each mostly waits
-    on a cluster's worker), or one after another in this thread."""
-    if parallel <= 1 or len(items) <= 1:
-        return [function(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(parallel, len(items)), thread_name_prefix="tune") as threads:
-        return list(threads.map(function, items))
-
-
 def _prefetch_general(winners: dict[str, dict], shapes, request, evaluator, labels, deadline, parallel: int) -> None:
     """Every winner at every shape through the store, `parallel` at a time: _general then finds
     them stored, and picks exactly as it would have measuring them one by one."""
@@ -212,7 +208,7 @@ def _prefetch_general(winners: dict[str, dict], shapes, request, evaluator, labe
         if deadline is None or _clock() <= deadline:
             evaluator(pair[0], **pair[1])
 
-    _map(measure, pairs, parallel)
+    map_in_threads(measure, pairs, parallel)
 
 
 class _Requests:
@@ -250,7 +246,7 @@ def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, eval
             progress(f"verifying {folder.spec.label(shape)}", None)
         return _verify(report.dispatch, shape, folder.spec, requests, evaluator)
 
-    found = _map(verify, shapes, parallel)
+    found = map_in_threads(verify, shapes, parallel)
     labels = {v.label for v in found}
     report.verified = [v for v in report.verified if v.label not in labels] + found
     return found

@@ -14,13 +14,15 @@ import atexit
 import threading
 from pathlib import Path
 
-from astra_kernels.evaluators import open_evaluator
+from astra_kernels.evaluators import open_evaluator, replayed
 from astra_kernels.kernels_sglang import recordings, suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.measuring.probes import empty_request
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
+from astra_kernels.tools.cluster.pool import KindView
+from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.search.runner import StoredEvaluator
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
@@ -75,6 +77,15 @@ def _replay(context, kernel: str) -> ReplayWorker:
         atexit.register(worker.close)
         _REPLAYS[context.results] = (recording, worker)
         return worker
+
+
+def parallelism(context, kernel: str) -> int:
+    """How many evaluations the evaluator runs at once: a cluster's workers of its GPU kind
+    (tools/cluster/pool.py's KindView), else one."""
+    return getattr(stored_evaluator(context, kernel).worker, "parallelism", 1)
+
+
+LOST_RETRIES = 2  # a lost cluster worker's evaluation is asked again, of its replacement or another worker
 
 
 def stored_evaluator(context, kernel: str) -> StoredEvaluator:
@@ -143,15 +154,25 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
         _, planned = requests(context, kernel, dtype, shapes, candidate)
     except TemplateError as exc:
         return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
+    def measure(item):
+        shape, label, config, req = item
+        if isinstance(req, Exclusion):
+            return None
+        req.check, req.time, req.stream_timing = True, time, False
+        for _ in range(1 + LOST_RETRIES):
+            result, _ = run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
+                            variant="default")
+            if result.status != "lost":
+                break
+        return result
+
+    results = map_in_threads(measure, planned, parallelism(context, kernel))  # the shapes at once on a cluster
     measurements, first, seconds, bandwidth = [], None, 0.0, None
-    for shape, label, config, req in planned:
+    for (shape, label, config, req), result in zip(planned, results):
         if isinstance(req, Exclusion):
             measurements.append(ShapeMeasurement(label=label, status="excluded", config=config,
                                                  message=f"the template excludes {config} here: {req.reason}"))
             continue
-        req.check, req.time, req.stream_timing = True, time, False
-        result, _ = run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
-                        variant="default")
         seconds += result.wall_seconds or 0.0
         bandwidth = bandwidth or result.copy_bandwidth_gbs
         first = first or (result if result.kernel_info is not None else None)
@@ -170,7 +191,7 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
                       occupancy_blocks_per_sm=first.occupancy_blocks_per_sm)
     # A shape the kernel's own constraints exclude is one it does not serve (the front keeps what
     # serves it there), not a failure; a kernel that serves no shape at all is unusable.
-    bad = next((m for m in measurements if m.status not in ("ok", "unrecorded", "excluded")), None)
+    bad = next((m for m in measurements if m.status not in ("ok", "unrecorded", "excluded", "lost")), None)
     if bad is None and measurements and all(m.status == "excluded" for m in measurements):
         update["verdict"] = "invalid"
         update["message"] = "its constraints exclude every shape: " + "; ".join(
@@ -178,6 +199,10 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
     elif bad is not None:
         update["verdict"] = "compile_error" if bad.status in ("compile_error", "compile_timeout") else "incorrect"
         update["message"] = f"at shape {bad.label} ({bad.config}): {bad.status}: {bad.message}"
+    elif lost := [m.label for m in measurements if m.status == "lost"]:
+        update["verdict"] = "unmeasured"
+        update["message"] = ("the cluster lost the workers measuring it at " + ", ".join(lost)
+                             + f" ({1 + LOST_RETRIES} tries); no verdict on the kernel")
     elif any(m.status == "unrecorded" for m in measurements):
         update["verdict"] = "unmeasured"
         update["message"] = ("the recording has no measurement of this kernel at "
@@ -193,7 +218,7 @@ def launch_floor_us(context, kernel: str) -> float | None:
     at small shapes it, not bandwidth, is the floor. None where it cannot be measured (a replay
     holds no such measurement)."""
     worker = stored_evaluator(context, kernel).worker
-    if not isinstance(worker, EvaluationWorker):
+    if not isinstance(worker, (EvaluationWorker, KindView)) or replayed(worker):
         return None
     empty = empty_request()
     empty.stream_timing = False

@@ -14,10 +14,11 @@ import time
 import pytest
 
 from astra_kernels import cli
-from astra_kernels.jobs import cluster_tuning
+from astra_kernels.jobs import cluster_tuning, tuning
 from astra_kernels.tools.cluster.pool import WorkerPool
 from astra_kernels.tools.cluster.runtime import connected
 from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.search.runner import StoredEvaluator
 
 from support import cluster_replay as replay
 
@@ -82,6 +83,20 @@ def test_a_worker_killed_mid_run_is_replaced_and_its_candidate_measured_again(cl
         again = replay.tune(pool.view("NVIDIA H200"), store, parallel=3)
         assert replay.rows(store) == rows_one
     assert replay.comparable(again, reuse=False) == replay.comparable(report_one, reuse=False)
+
+
+def test_one_shape_s_configurations_are_measured_side_by_side(cluster, one_worker, tmp_path):
+    """Three workers and one shape: an exhaustive search's proposals go three at a time, and come
+    back in the order one worker would have measured them."""
+    report_one, _ = one_worker
+    with WorkerPool(3, recordings=[replay.recording()], pace=2.0) as pool, ResultsStore(tmp_path / "r.sqlite") as store:
+        view = pool.view("NVIDIA H200")
+        report = tuning.tune(replay.FOLDER, view, StoredEvaluator(view, store), shapes=replay.SHAPES[:1], dtype="bf16",
+                             **replay.OPTIONS)
+        busy = [s["done"] for s in pool.status()]
+    assert sum(d > 0 for d in busy) == 3, busy
+    trials = [t.model_dump(exclude={"reused"}) for t in report.shapes[0].search.trials]
+    assert trials == [t.model_dump(exclude={"reused"}) for t in report_one.shapes[0].search.trials]
 
 
 def test_astra_tune_ray_writes_each_kernel_and_shows_the_workers(cluster, tmp_path, capsys):

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
 from .strategies import Strategy, make_strategy
@@ -89,17 +90,27 @@ class StoredEvaluator:
         return result, False
 
 
+# Strategies whose next proposal never depends on a score: several can be asked at once and
+# measured side by side (a cluster's workers), and the search is still the same sequence.
+UNINFORMED = frozenset({"exhaustive", "random"})
+
+
 def search(strategy: Strategy, request_for: Callable[[dict[str, int]], EvaluationRequest],
            evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
            labels: Callable[[dict[str, int]], dict] | None = None,
-           progress: Callable[[Trial], None] | None = None) -> SearchOutcome:
+           progress: Callable[[Trial], None] | None = None, parallel: int = 1) -> SearchOutcome:
     """Ask, evaluate, tell, until the strategy has nothing left or a budget runs out.
 
     A configuration scores its graph-replayed median time when it is correct; anything else
     (compile error, wrong output, crash, timeout) scores None and can never be the best.
+    `parallel`: for a strategy that does not learn from scores (UNINFORMED), this many proposals
+    are measured at once; a learning one is asked one at a time whatever it is.
     """
     outcome = SearchOutcome(strategy=strategy.name)
     started = time.perf_counter()
+    batch = parallel if strategy.name in UNINFORMED else 1
+    pending: list[dict[str, int]] = []
+    answers: list[tuple[EvaluationResult, bool]] = []
     while True:
         if budget.evaluations is not None and len(outcome.trials) >= budget.evaluations:
             outcome.stopped_by = "evaluations"
@@ -108,10 +119,15 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
                 and len(outcome.trials) >= budget.at_least):
             outcome.stopped_by = "seconds"
             break
-        config = strategy.ask()
-        if config is None:
+        if not pending:
+            room = batch if budget.evaluations is None else min(batch, budget.evaluations - len(outcome.trials))
+            while len(pending) < room and (asked := strategy.ask()) is not None:
+                pending.append(asked)
+            answers = map_in_threads(lambda c: evaluate(request_for(c), **(labels(c) if labels else {})),
+                                     pending, len(pending))
+        if not pending:
             break
-        result, reused = evaluate(request_for(config), **(labels(config) if labels else {}))
+        config, (result, reused) = pending.pop(0), answers.pop(0)
         ok = result.status == "ok" and result.timing is not None
         score = result.timing.median_us if ok else None
         trial = Trial(config=config, status=result.status, median_us=score, reused=reused,
@@ -144,8 +160,9 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                   evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
                   rounds: int, plan: RoundPlanner, seed: int = 0,
                   labels: Callable[[dict[str, int]], dict] | None = None,
-                  progress: Callable[[Trial], None] | None = None) -> SearchOutcome:
+                  progress: Callable[[Trial], None] | None = None, parallel: int = 1) -> SearchOutcome:
     """Searches in rounds, each over the candidates the planner picks from what was measured.
+    `parallel`: proposals measured at once where the strategy allows (search's).
 
     The budget is split over `rounds` rounds, each getting an equal share of what is left, so
     an unused share carries forward; when the planned rounds are over and budget is left, the
@@ -177,7 +194,7 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
             outcome.stopped_by = "seconds"
             break
         found = search(make_strategy(strategy, pool, seed + index), request_for, evaluate, share,
-                       labels=labels, progress=progress)
+                       labels=labels, progress=progress, parallel=parallel)
         outcome.trials += found.trials
         outcome.rounds.append(RoundSummary(index=index, action=action, reasons=reasons, pool=len(pool),
                                            evaluated=len(found.trials), best_us=found.best_us))

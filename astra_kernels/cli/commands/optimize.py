@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from rich.markup import escape
 from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
+from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
 from astra_kernels.cli.output import console, progress_bar
 
 
@@ -59,6 +61,7 @@ def add_parser(sub) -> None:
     optimize.add_argument("--checkpoints", help="checkpoint database (default OUT/checkpoints.sqlite)")
     optimize.add_argument("--out", help="output folder (default out/KERNEL-agent)")
     add_measuring_arguments(optimize)
+    add_cluster_arguments(optimize, "test each round's candidates, and tune, at once")
     optimize.add_argument("--json", action="store_true")
     optimize.set_defaults(run=run)
 
@@ -76,6 +79,7 @@ def run(args) -> int:
     from astra_kernels.nodes.shared.chat import make_chat_model
     from astra_kernels.tools.errors import AstraError, NoGpuError
 
+    check_cluster_arguments(args)
     folder = suite.load(args.kernel)
     out = Path(args.out or f"out/{folder.name}-agent")
     context = RunContext(
@@ -109,7 +113,8 @@ def run(args) -> int:
         console.print(f"[red]error:[/red] no checkpoint for thread {thread!r} in {checkpoints}", highlight=False)
         return 2
     try:
-        evaluator = open_evaluator(folder.name, context.results, replay=args.replay, gpu=args.gpu, needs=(
+        evaluator = _on_cluster(args, folder.name) if args.ray is not None else open_evaluator(
+            folder.name, context.results, replay=args.replay, gpu=args.gpu, needs=(
             "the agent measures every candidate, so it needs an NVIDIA GPU. What runs without one: "
             f"`astra optimize {folder.name} --replay recorded` (answers from the recording shipped for every "
             f"kernel), `astra space {folder.name}`, `astra check {folder.name}`, and the agent's tests "
@@ -135,8 +140,8 @@ def run(args) -> int:
         return console.input(f"{question['question']} [y/N] ").strip().lower() in ("y", "yes")
 
     try:
-        with evaluator, progress_bar("the agent", enabled=not args.approve) as update:
-            context.evaluator = evaluator
+        with evaluator as worker, progress_bar("the agent", enabled=not args.approve) as update:
+            context.evaluator = worker
             final = run_thread(app, payload, config=config, context=context, on_event=show, answer=ask)
     except KeyboardInterrupt:
         if app.get_state(config).values:  # only a thread with a checkpoint can be resumed
@@ -159,3 +164,23 @@ def run(args) -> int:
                       highlight=False)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _on_cluster(args, kernel: str):
+    """The cluster's workers of one GPU kind as the agent's evaluator (its measurements are only
+    compared within a kind: the kind with the most workers), its compiles on the cluster's CPUs."""
+    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.tools.cluster.compiling import RayCompileExecutor
+    from astra_kernels.tools.toolchain.compiler import compiling_with
+
+    recording = [str(recordings.resolve(args.replay, kernel))] if args.replay else None
+    with cluster_pool(args, recording, f"the agent on {kernel}", live=False) as pool, compiling_with(RayCompileExecutor()):
+        kind = max(pool.kinds, key=lambda k: len(pool.live(k)))
+        if len(pool.kinds) > 1:
+            console.print(f"measuring on the cluster's {kind} workers (of {', '.join(pool.kinds)}): one kind per run",
+                          highlight=False)
+        view = pool.view(kind)
+        if args.replay:
+            view.device["replay"] = recording[0]
+        yield view
