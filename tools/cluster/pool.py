@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from astra_kernels.tools.errors import WorkerError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
-from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S
+from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S, NothingToStart
 from .host import EvaluationHost
 from .runtime import ray_module
 
@@ -215,7 +215,7 @@ class WorkerPool:
             self._lock.notify_all()
 
 
-class KindView:
+class KindView(NothingToStart):
     """The pool's workers of one GPU kind, standing where an EvaluationWorker would."""
 
     def __init__(self, pool: WorkerPool, kind: str):
@@ -230,18 +230,6 @@ class KindView:
     def parallelism(self) -> int:
         """How many evaluations of this kind can run at once: its live workers."""
         return max(1, len(self.pool.live(self.kind)))
-
-    def __enter__(self) -> "KindView":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
     def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         return self.pool.evaluate(self.kind, request, timeout_s)

@@ -24,9 +24,10 @@ from pathlib import Path
 from astra_kernels.tools.errors import AstraError, WorkerError
 from .evaluation import EvaluationRequest, EvaluationResult
 from .results import ResultsStore, evaluation_key
+from .worker import NothingToStart
 
 
-class ReplayWorker:
+class ReplayWorker(NothingToStart):
     """Stands where an EvaluationWorker would; `device` is the recording's GPU."""
 
     def __init__(self, store_path: str | Path, device: str | None = None, recording: str | Path | None = None):
@@ -101,18 +102,6 @@ class ReplayWorker:
             return [tuple(r) for r in db.execute(
                 "SELECT DISTINCT device, arch FROM results WHERE device != '' ORDER BY device")]
 
-    def __enter__(self) -> "ReplayWorker":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def start(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
     def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         return EvaluationResult(
             status="unrecorded", label=request.label, kernel=request.kernel, device=self.device["name"],
@@ -146,7 +135,7 @@ def _refuse_to_lose(existing: Path, copy: Path, recording: Path) -> None:
                          "delete that store")
 
 
-class RecordedWorker:
+class RecordedWorker(NothingToStart):
     """A stand-in GPU that answers each evaluation from a recording, as the GPU it recorded did.
 
     A ReplayWorker sits behind a working copy of the recording, which the StoredEvaluator consults
@@ -179,15 +168,6 @@ class RecordedWorker:
         self.restarts = 0
         self.pace = pace
         self._store = ResultsStore(path, read_only=True)
-
-    def __enter__(self) -> "RecordedWorker":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def start(self) -> None:
-        pass
 
     def close(self) -> None:
         self._store.close()

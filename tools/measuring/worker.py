@@ -87,6 +87,23 @@ def _serve(conn, device_index: int, parent_pid: int | None = None) -> None:
             return
 
 
+class NothingToStart:
+    """The lifecycle of an EvaluationWorker, for a worker with no process of its own to start or
+    stop (a replay, a view of a cluster's workers): usable as a context manager all the same."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class EvaluationWorker:
     """Parent side. `evaluate` always returns a result; only a missing GPU raises."""
 
