@@ -52,6 +52,7 @@ def cluster_pool(args, recordings: list[str] | None, title: str, live: bool = Tr
     from astra_kernels.tools.cluster.pool import WorkerPool
     from astra_kernels.tools.cluster.runtime import connected
     from astra_kernels.tools.errors import UsageError
+    from astra_kernels.tools.measuring.replay import recorded_devices
 
     address = None if args.ray == "local" else args.ray
     with connected(address) as resources:
@@ -59,11 +60,13 @@ def cluster_pool(args, recordings: list[str] | None, title: str, live: bool = Tr
         if recordings is None and not gpus:
             raise UsageError(f"the Ray cluster {'on this machine' if address is None else address} has no GPU "
                              "(a replay runs without one: --replay recorded)")
-        count = args.workers or gpus or 2
+        # A replay answers as every GPU its recordings hold: a recording of two kinds, a mixed cluster.
+        devices = sorted({d for r in recordings for d in recorded_devices(r)}) if recordings else None
+        count = args.workers or gpus or max(2, len(devices or []))
         environment = {KERNELS_PATH: os.environ[KERNELS_PATH]} if os.environ.get(KERNELS_PATH) else {}
         console.print(f"Ray cluster: {gpus} GPU(s), {int(resources['CPU'])} CPU(s); starting {count} "
                       f"{'replay ' if recordings else ''}worker(s)", highlight=False)
-        with WorkerPool(count, recordings=recordings, pace=args.pace or 0.0,
+        with WorkerPool(count, recordings=recordings, devices=devices, pace=args.pace or 0.0,
                         gpus_per_worker=1.0 if gpus else 0.0, environment=environment) as pool:
             try:
                 with cluster_view(pool.status, title) if live else contextlib.nullcontext():

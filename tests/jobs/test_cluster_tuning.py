@@ -5,6 +5,7 @@ and a worker killed mid-run is replaced, its candidate lost (never stored) and m
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import StoredEvaluator
 
 from support import cluster_replay as replay
+from support.scripted_gpu import FOLDER as SCRIPTED_FOLDER, SHAPES as SCRIPTED_SHAPES, ScriptedWorker
 
 ray = replay.need_ray()
 
@@ -109,6 +111,41 @@ def test_astra_tune_ray_writes_each_kernel_and_shows_the_workers(cluster, tmp_pa
         assert f"recorded/h200-2026-11-24/{kernel}.sqlite.gz" in (tmp_path / kernel / "report.md").read_text()
     table = [line for line in out.splitlines() if line.startswith("| ") and "NVIDIA H200" in line and "GPU" in line]
     assert len(table) == 3 and all(line.count("|") == 7 for line in table), out[-3000:]  # three workers, whole rows
+
+
+class OtherGpu(ScriptedWorker):
+    """A second GPU kind, which prefers narrow vectors where the scripted one prefers wide."""
+
+    device = {**ScriptedWorker.device, "name": "Other GPU"}
+
+    def evaluate(self, request):
+        result = super().evaluate(request)
+        us = 0.5 * request.options.defines.get("VEC", 8) + result.timing.median_us / 10
+        result.timing = result.timing.model_copy(update={"median_us": us, "min_us": us, "max_us": us,
+                                                         "samples_us": [us]})
+        return result
+
+
+def test_each_gpu_kind_of_a_mixed_cluster_tunes_its_own_table(cluster, tmp_path, capsys):
+    """A recording of two GPU kinds replays a mixed cluster: each kind tunes the kernel from its own
+    measurements only, into its own folder, with the table a run on that kind alone writes."""
+    recording, alone = tmp_path / "two-kinds.sqlite", {}
+    for gpu in (ScriptedWorker(), OtherGpu()):
+        with ResultsStore(recording) as store:
+            alone[gpu.device["name"]] = tuning.tune(
+                SCRIPTED_FOLDER, gpu, StoredEvaluator(gpu, store), shapes=SCRIPTED_SHAPES, dtype="bf16",
+                sample=40, seed=2, strategy="exhaustive").dispatch
+    assert alone["Scripted GPU"].general != alone["Other GPU"].general
+    out = tmp_path / "out"
+    code = cli.main(["tune", "silu_and_mul", "--ray", "--replay", str(recording), "--sample", "40", "--seed", "2",
+                     "--strategy", "exhaustive", "--shapes", "16x4096,64x8192", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed[-2000:]
+    for kind, folder in (("Scripted GPU", "scripted-gpu"), ("Other GPU", "other-gpu")):
+        table = json.loads((out / folder / "dispatch.json").read_text())
+        assert table["general"] == alone[kind].general
+        assert [e["config"] for e in table["entries"]] == [e.config for e in alone[kind].entries]
+        assert f"tuned on {kind}" in (out / folder / "report.md").read_text()
 
 
 def test_cluster_options_without_ray_are_one_line_errors(capsys):

@@ -14,7 +14,7 @@ import os
 import socket
 
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
-from astra_kernels.tools.measuring.replay import RecordedWorker
+from astra_kernels.tools.measuring.replay import RecordedWorker, recorded_devices
 from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S, EvaluationWorker
 
 
@@ -30,8 +30,9 @@ class EvaluationHost:
 
         self.where = {"host": socket.gethostname(), "gpu": ",".join(str(g) for g in ray.get_gpu_ids()) or "-",
                       "pid": os.getpid()}
-        if recordings:
-            self.workers = [RecordedWorker(r, device=device, pace=pace) for r in recordings]
+        if recordings:  # those that hold `device` (all of them when it is None: each holds one GPU)
+            held = [r for r in recordings if device is None or device in recorded_devices(r)]
+            self.workers = [RecordedWorker(r, device=device, pace=pace) for r in held or recordings]
         else:
             self.workers = [EvaluationWorker(device_index=0, timeout_s=timeout_s)]
         for worker in self.workers:

@@ -59,12 +59,14 @@ class Slot:
 class WorkerPool:
     """Actors on `count` GPUs (see the module docstring); use as a context manager."""
 
-    def __init__(self, count: int, *, recordings: list[str] | None = None, device: str | None = None,
+    def __init__(self, count: int, *, recordings: list[str] | None = None, devices: list[str] | None = None,
                  pace: float = 0.0, gpus_per_worker: float = 1.0, timeout_s: float = EVALUATION_TIMEOUT_S,
                  start_timeout_s: float = 120.0, environment: dict[str, str] | None = None):
         """`recordings`: replay workers answering from these instead of GPUs (`pace`: times their
-        recorded wall time); `gpus_per_worker`: each actor's GPU share, 0 for replay workers on a
-        cluster without GPUs; `environment`: variables the actors set (the kernel path)."""
+        recorded wall time), worker i as the GPU `devices[i % len(devices)]` of them (a recording
+        of several GPU kinds replays a mixed cluster); `gpus_per_worker`: each actor's GPU share, 0
+        for replay workers on a cluster without GPUs; `environment`: variables the actors set (the
+        kernel path)."""
         if count < 1:
             raise WorkerError("the cluster has no GPU to put an evaluation worker on (Ray lists none); "
                               "a replay on a cluster without GPUs takes --workers N")
@@ -73,14 +75,14 @@ class WorkerPool:
         self.start_timeout_s = start_timeout_s
         self._actor_class = self._ray.remote(EvaluationHost).options(
             num_gpus=gpus_per_worker, num_cpus=0, max_restarts=0, max_concurrency=2)
-        self._arguments = dict(recordings=recordings, device=device, pace=pace, timeout_s=timeout_s,
-                               environment=environment)
+        self._arguments = dict(recordings=recordings, pace=pace, timeout_s=timeout_s, environment=environment)
+        self._devices = list(devices or [None])
         self._lock = threading.Condition()
         self.slots: list[Slot] = []
         self._idle: dict[str, deque[Slot]] = {}
         self._starting = 0
         self.lost: list[str] = []  # what was lost, in words, for the report
-        handles = [self._actor_class.remote(**self._arguments) for _ in range(count)]
+        handles = [self._start(self._devices[i % len(self._devices)]) for i in range(count)]
         try:
             devices = self._ray.get([h.describe.remote() for h in handles], timeout=start_timeout_s)
         except Exception as exc:
@@ -175,8 +177,12 @@ class WorkerPool:
             pass
         threading.Thread(target=self._replace, args=(slot,), daemon=True, name=f"replace-worker-{slot.index}").start()
 
+    def _start(self, device: str | None):
+        """A new actor; for a replay, answering as `device` (None: the recording's only GPU)."""
+        return self._actor_class.remote(device=device, **self._arguments)
+
     def _replace(self, slot: Slot) -> None:
-        handle = self._actor_class.remote(**self._arguments)
+        handle = self._start(slot.kind if self._arguments["recordings"] else None)
         try:
             device = self._ray.get(handle.describe.remote(), timeout=self.start_timeout_s)
         except Exception as exc:

@@ -187,3 +187,18 @@ class RecordedWorker(NothingToStart):
 
     def call(self, function, *args, timeout_s: float | None = None):
         return self._replay.call(function, *args, timeout_s=timeout_s)
+
+
+def recorded_devices(recording: str | Path) -> list[str]:
+    """The GPUs (by name) whose measurements `recording` holds (a store, or one gzipped as shipped)."""
+    recording = Path(recording)
+    if recording.suffix != ".gz":
+        return [name for name, _ in ReplayWorker.recorded_devices(recording)]
+    with tempfile.TemporaryDirectory(prefix="astra-recorded-") as folder:
+        copy = Path(folder) / "store.sqlite"
+        try:
+            with gzip.open(recording, "rb") as source, open(copy, "wb") as target:
+                shutil.copyfileobj(source, target)
+            return [name for name, _ in ReplayWorker.recorded_devices(copy)]
+        except (gzip.BadGzipFile, EOFError, zlib.error, OSError, sqlite3.DatabaseError) as exc:
+            raise AstraError(f"{recording} is not a readable results store ({exc})") from exc
