@@ -15,10 +15,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 def map_in_threads(function: Callable, items: Iterable, parallel: int) -> list:
     """`function` over `items`, results in their order: up to `parallel` at a time on threads, or
-    one after another on this thread when `parallel` is 1 (or there is one item)."""
+    one after another on this thread when `parallel` is 1 (or there is one item).
+
+    The first exception (a Ctrl-C in this thread included) is raised at once: what has not started
+    is cancelled and nothing waits for what runs, which the caller stops by closing what it waits
+    on (tools/cluster/pool.py's close makes every waiting evaluation raise)."""
     items = list(items)
     if parallel <= 1 or len(items) <= 1:
         return [function(item) for item in items]
-    contexts = [contextvars.copy_context() for _ in items]
-    with ThreadPoolExecutor(max_workers=min(parallel, len(items)), thread_name_prefix="astra") as threads:
-        return list(threads.map(lambda pair: pair[0].run(function, pair[1]), zip(contexts, items)))
+    threads = ThreadPoolExecutor(max_workers=min(parallel, len(items)), thread_name_prefix="astra")
+    try:
+        jobs = [threads.submit(contextvars.copy_context().run, function, item) for item in items]
+        results = [job.result() for job in jobs]
+    except BaseException:
+        threads.shutdown(wait=False, cancel_futures=True)
+        raise
+    threads.shutdown(wait=True)
+    return results

@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from astra_kernels.cli.output import cluster_table, cluster_view, console, print_table
+from astra_kernels.cli.output import cluster_table, cluster_view, console, print_table, side_console
 
 
 def add_cluster_arguments(parser, what: str) -> None:
@@ -55,23 +55,26 @@ def cluster_pool(args, recordings: list[str] | None, title: str, live: bool = Tr
     from astra_kernels.tools.measuring.replay import recorded_devices
 
     address = None if args.ray == "local" else args.ray
+    say = side_console if getattr(args, "json", False) else console  # --json: stdout holds the JSON alone
     with connected(address) as resources:
         gpus = int(resources["GPU"])
         if recordings is None and not gpus:
             raise UsageError(f"the Ray cluster {'on this machine' if address is None else address} has no GPU "
                              "(a replay runs without one: --replay recorded)")
+        if gpus and args.workers and args.workers > gpus:
+            raise UsageError(f"--workers {args.workers}: the Ray cluster has {gpus} GPU(s), one worker each")
         # A replay answers as every GPU its recordings hold: a recording of two kinds, a mixed cluster.
         devices = sorted({d for r in recordings for d in recorded_devices(r)}) if recordings else None
         count = args.workers or gpus or max(2, len(devices or []))
         environment = {KERNELS_PATH: os.environ[KERNELS_PATH]} if os.environ.get(KERNELS_PATH) else {}
-        console.print(f"Ray cluster: {gpus} GPU(s), {int(resources['CPU'])} CPU(s); starting {count} "
-                      f"{'replay ' if recordings else ''}worker(s)", highlight=False)
+        say.print(f"Ray cluster: {gpus} GPU(s), {int(resources['CPU'])} CPU(s); starting {count} "
+                  f"{'replay ' if recordings else ''}worker(s)", highlight=False)
         with WorkerPool(count, recordings=recordings, devices=devices, pace=args.pace or 0.0,
                         gpus_per_worker=1.0 if gpus else 0.0, environment=environment) as pool:
             try:
-                with cluster_view(pool.status, title) if live else contextlib.nullcontext():
+                with cluster_view(pool.status, title) if live and say is console else contextlib.nullcontext():
                     yield pool
             finally:
-                print_table(cluster_table(pool.status(), f"{title}: the workers"))
+                print_table(cluster_table(pool.status(), f"{title}: the workers"), say)
                 for line in pool.lost:
-                    console.print(f"[yellow]lost:[/yellow] {line}", highlight=False)
+                    say.print(f"[yellow]lost:[/yellow] {line}", highlight=False)

@@ -33,6 +33,8 @@ class WholeLineConsole(Console):
 
 
 console = WholeLineConsole()
+# For what a command says beside a result it prints to stdout as JSON (--json): the JSON stays whole.
+side_console = WholeLineConsole(stderr=True)
 
 
 def _plain(cell: object) -> str:

@@ -63,9 +63,11 @@ def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, R
     return run_all()
 
 
-def kind_folder(kind: str) -> str:
-    """A GPU kind's folder below out/KERNEL when a cluster has several kinds, named as the shipped
-    tables name theirs (tuned/h200/), else the device's name made a path."""
+def kind_folder(kind: str, kinds: list[str]) -> str:
+    """A GPU kind's folder below out/KERNEL when a cluster has several `kinds`, named as the shipped
+    tables name theirs (tuned/h200/) where no other kind of the cluster shares that name (an H100
+    SXM beside an H100 PCIe), else the device's whole name made a path."""
     key = device_key(kind)
-    return key.lower() if key else "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-")
-
+    if key and sum(device_key(k) == key for k in kinds) == 1:
+        return key.lower()
+    return "".join(c if c.isalnum() else "-" for c in kind.lower()).strip("-")

@@ -97,7 +97,13 @@ class TuneReport(BaseModel):
 
     @property
     def verification_failures(self) -> list[VerifiedShape]:
-        return [v for v in self.verified if v.status != "ok"]
+        """Shapes where the table's pick failed its checks (a cluster's worker lost while checking
+        it is no verdict: verification_lost)."""
+        return [v for v in self.verified if v.status not in ("ok", "lost")]
+
+    @property
+    def verification_lost(self) -> list[VerifiedShape]:
+        return [v for v in self.verified if v.status == "lost"]
 
     @property
     def unmeasured(self) -> dict[str, str]:

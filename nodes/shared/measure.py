@@ -21,7 +21,7 @@ from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.measuring.probes import empty_request
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
-from astra_kernels.tools.cluster.pool import KindView
+from astra_kernels.tools.cluster.pool import LOST_RETRIES, KindView
 from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.search.runner import StoredEvaluator
 from astra_kernels.tools.toolchain.compiler import compile_many
@@ -85,9 +85,6 @@ def parallelism(context, kernel: str) -> int:
     return getattr(stored_evaluator(context, kernel).worker, "parallelism", 1)
 
 
-LOST_RETRIES = 2  # a lost cluster worker's evaluation is asked again, of its replacement or another worker
-
-
 def stored_evaluator(context, kernel: str) -> StoredEvaluator:
     worker = evaluator(context, kernel)
     if context.results not in _STORES:
@@ -128,7 +125,8 @@ def precompile(context, kernel: str, dtype: str, shapes: list[dict[str, int]], c
     takes them one after another from the compile cache. Only for a worker that compiles (a
     replay answers from its recording, a scripted GPU from its script); failures are left for
     the evaluation to report, with its own message."""
-    if not isinstance(stored_evaluator(context, kernel).worker, EvaluationWorker):
+    worker = stored_evaluator(context, kernel).worker
+    if not isinstance(worker, (EvaluationWorker, KindView)) or replayed(worker):
         return
     pairs = []
     for candidate in candidates:
@@ -159,12 +157,8 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
         if isinstance(req, Exclusion):
             return None
         req.check, req.time, req.stream_timing = True, time, False
-        for _ in range(1 + LOST_RETRIES):
-            result, _ = run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
-                            variant="default")
-            if result.status != "lost":
-                break
-        return result
+        return run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
+                   variant="default")[0]
 
     results = map_in_threads(measure, planned, parallelism(context, kernel))  # the shapes at once on a cluster
     measurements, first, seconds, bandwidth = [], None, 0.0, None
@@ -202,7 +196,7 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
     elif lost := [m.label for m in measurements if m.status == "lost"]:
         update["verdict"] = "unmeasured"
         update["message"] = ("the cluster lost the workers measuring it at " + ", ".join(lost)
-                             + f" ({1 + LOST_RETRIES} tries); no verdict on the kernel")
+                             + f" ({1 + LOST_RETRIES} tries each); no verdict on the kernel")
     elif any(m.status == "unrecorded" for m in measurements):
         update["verdict"] = "unmeasured"
         update["message"] = ("the recording has no measurement of this kernel at "

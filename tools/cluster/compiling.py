@@ -3,7 +3,8 @@
 compile_many (tools/toolchain/compiler.py) sends the compiles its cache cannot answer to the
 executor `compiling_with` names; this one makes each a task of one CPU, anywhere in the cluster,
 and hands back a concurrent.futures.Future of its outcome. The driver keeps every module that
-comes back in its own compile cache.
+comes back in its own compile cache. A compile error is an outcome, as it is locally; a task that
+raised (the toolchain cannot run on that node) or died raises a one-line ToolchainError.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures as futures
 from collections.abc import Callable
 
+from astra_kernels.tools.errors import AstraError, ToolchainError
 from .runtime import ray_module
 
 
@@ -20,15 +22,37 @@ class RayCompileExecutor(futures.Executor):
         self._remote: dict[Callable, object] = {}
 
     def submit(self, fn, /, *args, **kwargs) -> futures.Future:
-        if fn not in self._remote:
-            self._remote[fn] = self._ray.remote(fn).options(num_cpus=1, max_retries=2)
-        ref = self._remote[fn].remote(*args, **kwargs)
-        future = ref.future()
         ray = self._ray
+        if fn not in self._remote:
+            self._remote[fn] = ray.remote(fn).options(num_cpus=1, max_retries=2)
+        ref = self._remote[fn].remote(*args, **kwargs)
+        answer: futures.Future = futures.Future()
+
+        def settle(done: futures.Future) -> None:
+            if answer.cancelled():
+                return
+            try:
+                answer.set_result(done.result())
+            except ray.exceptions.RayTaskError as exc:
+                cause = exc.cause
+                answer.set_exception(cause if isinstance(cause, AstraError) else ToolchainError(
+                    f"a compile task failed on the cluster: {type(cause).__name__}: {_line(cause)}"))
+            except BaseException as exc:  # the task's worker or node died, the cluster went away
+                answer.set_exception(ToolchainError(f"a compile task was lost on the cluster: "
+                                                    f"{type(exc).__name__}: {_line(exc)}"))
 
         def cancel_task(done: futures.Future) -> None:
             if done.cancelled():
-                ray.cancel(ref, force=True)
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:
+                    pass
 
-        future.add_done_callback(cancel_task)
-        return future
+        answer.add_done_callback(cancel_task)
+        ref.future().add_done_callback(settle)
+        return answer
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else ""

@@ -32,6 +32,7 @@ from .runtime import ray_module
 # How long past the worker's own evaluation deadline the driver waits for an actor's answer: the
 # worker kills a hung kernel itself, so an actor silent this long is itself stuck, and is replaced.
 ANSWER_GRACE_S = 120.0
+LOST_RETRIES = 2  # an evaluation whose worker was lost is asked again this many times
 
 
 @dataclass
@@ -81,6 +82,7 @@ class WorkerPool:
         self.slots: list[Slot] = []
         self._idle: dict[str, deque[Slot]] = {}
         self._starting = 0
+        self._closed = False
         self.lost: list[str] = []  # what was lost, in words, for the report
         handles = [self._start(self._devices[i % len(self._devices)]) for i in range(count)]
         try:
@@ -99,8 +101,11 @@ class WorkerPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _add(self, handle, device: dict, replaces: int | None = None) -> Slot:
+    def _add(self, handle, device: dict, replaces: int | None = None) -> Slot | None:
         with self._lock:
+            if self._closed:  # a replacement that started after close(): not kept
+                self._ray.kill(handle)
+                return None
             slot = Slot(index=len(self.slots), handle=handle, device=device, replaces=replaces)
             self.slots.append(slot)
             self._idle.setdefault(slot.kind, deque()).append(slot)
@@ -123,6 +128,8 @@ class WorkerPool:
     def _acquire(self, kind: str, label: str) -> Slot:
         with self._lock:
             while not self._idle.get(kind):
+                if self._closed:
+                    raise WorkerError("the cluster's workers were stopped")
                 if not self.live(kind) and not self._starting:
                     raise WorkerError(f"no {kind} worker is left in the cluster (lost: {'; '.join(self.lost)})")
                 self._lock.wait(1.0)
@@ -140,14 +147,25 @@ class WorkerPool:
 
     def evaluate(self, kind: str, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         """Run `request` on an idle `kind` worker, waiting for one; always a result, except a
-        toolchain failure in the worker (raised, as the local worker raises it) or no worker left."""
+        toolchain failure in the worker (raised, as the local worker raises it), no worker left, or
+        the pool closed. A lost worker's evaluation is a "lost" result (KindView asks again)."""
         ray = self._ray
         slot = self._acquire(kind, request.label or request.kernel)
         started = time.perf_counter()
         deadline = (timeout_s or self.timeout_s) + ANSWER_GRACE_S
         try:
             result = ray.get(slot.handle.evaluate.remote(request), timeout=deadline)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+        except ray.exceptions.RayTaskError as exc:  # the worker raised: its compiler cannot run
+            self._release(slot)
+            raise WorkerError(f"the worker on {slot.where} failed: {_first_line(exc.cause or exc)}") from None
+        except BaseException as exc:
+            if self._closed:
+                raise WorkerError("the cluster's workers were stopped") from None
+            if not isinstance(exc, ray.exceptions.RayError):  # Ctrl-C in this thread, say: not the worker's
+                self._release(slot)
+                raise
+            # Its actor or node died, its answer was lost with its owner, or it outran the deadline:
+            # the worker cannot be trusted with the next request.
             why = (f"no answer within {deadline:.0f} s" if isinstance(exc, ray.exceptions.GetTimeoutError)
                    else _first_line(exc))
             self._lose(slot, why)
@@ -158,9 +176,6 @@ class WorkerPool:
                 wall_seconds=time.perf_counter() - started,
                 message=f"the worker on {slot.where} was lost while measuring this ({why}); not stored, so a "
                         "re-run measures it again; a replacement is started where a GPU is free")
-        except ray.exceptions.RayTaskError as exc:  # the worker raised: its compiler cannot run
-            self._release(slot)
-            raise WorkerError(f"the worker on {slot.where} failed: {_first_line(exc.cause or exc)}") from None
         self._release(slot)
         return result
 
@@ -182,24 +197,31 @@ class WorkerPool:
         return self._actor_class.remote(device=device, **self._arguments)
 
     def _replace(self, slot: Slot) -> None:
-        handle = self._start(slot.kind if self._arguments["recordings"] else None)
+        handle = None
         try:
+            handle = self._start(slot.kind if self._arguments["recordings"] else None)
             device = self._ray.get(handle.describe.remote(), timeout=self.start_timeout_s)
+            self._add(handle, device, replaces=slot.index)
         except Exception as exc:
             try:
-                self._ray.kill(handle)
+                if handle is not None:
+                    self._ray.kill(handle)
             except Exception:
                 pass
             with self._lock:
-                self.lost.append(f"no replacement for {slot.where} started within {self.start_timeout_s:.0f} s "
-                                 f"({_first_line(exc)}); its work goes to the others")
+                if not self._closed:
+                    self.lost.append(f"no replacement for {slot.where} started within {self.start_timeout_s:.0f} s "
+                                     f"({_first_line(exc)}); its work goes to the others")
+        finally:
+            with self._lock:
                 self._starting -= 1
                 self._lock.notify_all()
-            return
-        self._add(handle, device, replaces=slot.index)
+
+    @property
+    def starting(self) -> int:
+        """Replacements being started now."""
         with self._lock:
-            self._starting -= 1
-            self._lock.notify_all()
+            return self._starting
 
     def status(self) -> list[dict]:
         """Per worker: where, which GPU, what it measures now, how many done, alive or lost."""
@@ -209,16 +231,25 @@ class WorkerPool:
                      "replaces": s.replaces} for s in self.slots]
 
     def close(self) -> None:
-        for slot in self.live():
-            try:
-                self._ray.get(slot.handle.close.remote(), timeout=30)
-            except Exception:
-                pass
-            self._ray.kill(slot.handle)
+        """Stop every worker. Evaluations waiting for one, or for an answer, raise WorkerError, so
+        that threads still searching (a Ctrl-C's) end at once; a replacement starting is not kept."""
         with self._lock:
+            self._closed = True
+            live = [s for s in self.slots if s.alive]
             for slot in self.slots:
                 slot.alive = False
+            self._idle.clear()
             self._lock.notify_all()
+        idle = [s for s in live if not s.doing]
+        try:  # an idle worker closes its own (its EvaluationWorker's child, a recording's copy)
+            self._ray.get([s.handle.close.remote() for s in idle], timeout=30)
+        except Exception:
+            pass
+        for slot in live:
+            try:
+                self._ray.kill(slot.handle)
+            except Exception:
+                pass
 
 
 class KindView(NothingToStart):
@@ -238,6 +269,13 @@ class KindView(NothingToStart):
         return max(1, len(self.pool.live(self.kind)))
 
     def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
+        """The pool's answer; a worker lost while measuring it (its process or node) is no verdict
+        on the candidate, so it is asked again, of the replacement or another worker, LOST_RETRIES
+        times before the result says "lost" (which no results store keeps)."""
+        for _ in range(LOST_RETRIES):
+            result = self.pool.evaluate(self.kind, request, timeout_s)
+            if result.status != "lost":
+                return result
         return self.pool.evaluate(self.kind, request, timeout_s)
 
     def call(self, function: Callable, *args, timeout_s: float | None = None):

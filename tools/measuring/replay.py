@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import os
 import shutil
 import sqlite3
@@ -22,6 +23,7 @@ import zlib
 from pathlib import Path
 
 from astra_kernels.tools.errors import AstraError, WorkerError
+from astra_kernels.tools.toolchain.compile_cache import default_cache_dir
 from .evaluation import EvaluationRequest, EvaluationResult
 from .results import ResultsStore, evaluation_key
 from .worker import NothingToStart
@@ -144,36 +146,22 @@ class RecordedWorker(NothingToStart):
     must end up holding what the workers answered. Its answers are the recording's own results,
     after `pace` times each one's recorded wall time (0: at once), so a replayed cluster keeps the
     GPU's share of the time and its evaluation rate can be measured on CPUs. The recording is read
-    only; a gzipped one is unpacked to a private temporary file first.
+    only; a gzipped one is read from its unpacked copy in the cache (unpacked_copy).
     """
 
     def __init__(self, recording: str | Path, device: str | None = None, pace: float = 0.0):
         recording = Path(recording)
         if pace < 0:
             raise ValueError(f"pace must be 0 or more, not {pace}")
-        self._unpacked = None
-        path = recording
-        if recording.suffix == ".gz":
-            handle, name = tempfile.mkstemp(suffix=".sqlite", prefix="astra-recorded-")
-            os.close(handle)
-            self._unpacked = path = Path(name)
-            try:
-                with gzip.open(recording, "rb") as source, open(path, "wb") as target:
-                    shutil.copyfileobj(source, target)
-            except (gzip.BadGzipFile, EOFError, zlib.error, OSError) as exc:
-                path.unlink(missing_ok=True)
-                raise AstraError(f"{recording} is not a readable results store ({exc})") from exc
-        self._replay = ReplayWorker(path, device=device, recording=recording)
+        self.path = unpacked_copy(recording)
+        self._replay = ReplayWorker(self.path, device=device, recording=recording)
         self.device = self._replay.device
         self.restarts = 0
         self.pace = pace
-        self._store = ResultsStore(path, read_only=True)
+        self._store = ResultsStore(self.path, read_only=True)
 
     def close(self) -> None:
         self._store.close()
-        if self._unpacked is not None:
-            self._unpacked.unlink(missing_ok=True)
-            self._unpacked = None
 
     def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         found = self._store.get(evaluation_key(request, self.device["name"]))
@@ -191,14 +179,35 @@ class RecordedWorker(NothingToStart):
 
 def recorded_devices(recording: str | Path) -> list[str]:
     """The GPUs (by name) whose measurements `recording` holds (a store, or one gzipped as shipped)."""
-    recording = Path(recording)
+    try:
+        return [name for name, _ in ReplayWorker.recorded_devices(unpacked_copy(Path(recording)))]
+    except sqlite3.DatabaseError as exc:
+        raise AstraError(f"{recording} is not a readable results store ({exc})") from exc
+
+
+def unpacked_copy(recording: Path) -> Path:
+    """`recording` itself, or for a gzipped one its unpacked copy under the cache folder, named by
+    the packed file's hash: made once (whole, by a rename) and shared by every reader after, so
+    replay workers in many processes, killed ones included, leave nothing behind in /tmp."""
     if recording.suffix != ".gz":
-        return [name for name, _ in ReplayWorker.recorded_devices(recording)]
-    with tempfile.TemporaryDirectory(prefix="astra-recorded-") as folder:
-        copy = Path(folder) / "store.sqlite"
-        try:
-            with gzip.open(recording, "rb") as source, open(copy, "wb") as target:
-                shutil.copyfileobj(source, target)
-            return [name for name, _ in ReplayWorker.recorded_devices(copy)]
-        except (gzip.BadGzipFile, EOFError, zlib.error, OSError, sqlite3.DatabaseError) as exc:
-            raise AstraError(f"{recording} is not a readable results store ({exc})") from exc
+        return recording
+    try:
+        digest = hashlib.sha256(recording.read_bytes()).hexdigest()[:32]
+    except OSError as exc:
+        raise AstraError(f"cannot read the recording {recording} ({exc})") from exc
+    folder = default_cache_dir().parent / "recordings"
+    target = folder / f"{digest}.sqlite"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sqlite")
+    os.close(handle)
+    try:
+        with gzip.open(recording, "rb") as source, open(name, "wb") as out:
+            shutil.copyfileobj(source, out)
+        os.replace(name, target)
+    except (gzip.BadGzipFile, EOFError, zlib.error, OSError) as exc:
+        raise AstraError(f"{recording} is not a readable results store ({exc})") from exc
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return target

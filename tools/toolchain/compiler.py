@@ -123,7 +123,8 @@ def compile_many(
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
     if _EXECUTOR is not None and misses:
         # A cluster's CPUs (tools/cluster/compiling.py): each compile a task on any node's cores,
-        # its outcome sent back here; the node's own compile cache keeps it for the next run there.
+        # its outcome sent back here, and each module kept in this host's cache (compile errors are
+        # not: they are compiled again next time).
         jobs = {_EXECUTOR.submit(_compile_one, i, *resolved[i], None, timeout_s=timeout_s): i for i in misses}
         try:
             for job in futures.as_completed(jobs):
@@ -180,7 +181,9 @@ _EXECUTOR: futures.Executor | None = None
 @contextlib.contextmanager
 def compiling_with(executor: futures.Executor) -> Iterator[None]:
     """Every compile_many in this process, in any thread, sends its compiles to `executor` meanwhile
-    (a Ray cluster's tasks: tools/cluster/compiling.py), and its results into this host's cache."""
+    (a Ray cluster's tasks: tools/cluster/compiling.py), and its results into this host's cache.
+    Process-wide, for a command's duration: a server running several graphs at once would send
+    every graph's compiles there."""
     global _EXECUTOR
     before, _EXECUTOR = _EXECUTOR, executor
     try:

@@ -57,7 +57,18 @@ def run(args) -> int:
     On the local GPU, or replayed from a recorded results store (whose copy in the output folder
     becomes the run's store, so the recording itself is never written); several kernels one after
     another; with --ray, all of them at once over a cluster's GPUs."""
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.errors import UsageError
+
     check_cluster_arguments(args)
+    kernels = list(dict.fromkeys(args.kernel))
+    if len(kernels) > 1 and args.store and args.replay and args.ray is None:
+        raise UsageError("--store with --replay and several kernels: each replay works on its own copy of its "
+                         "kernel's recording; leave --store out (each goes to OUT/KERNEL/results.sqlite)")
+    for kernel in kernels:  # every name, shape and dtype checked before any kernel is tuned
+        folder = suite.load(kernel)
+        suite.check_run(folder, shapes_from(folder, args) or folder.spec.default_shapes(),
+                        args.dtype or folder.spec.default_dtype(), args.variant)
     if args.ray is not None:
         return _tune_on_cluster(args)
     code, reports = 0, []
@@ -105,7 +116,7 @@ def _tune_on_cluster(args) -> int:
         stack.enter_context(_saved_if_interrupted("every evaluation so far, in the results store(s) "
                                                   + ", ".join(str(p) for p in paths.values())))
         pool = stack.enter_context(cluster_pool(args, recordings, f"tuning {', '.join(stores)}"))
-        kinds = len(pool.kinds)
+        kinds = pool.kinds
         reports = cluster_tuning.tune_on_cluster(
             pool, jobs, stores, strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
             sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2)
@@ -113,7 +124,7 @@ def _tune_on_cluster(args) -> int:
     for (kind, name), report in reports.items():
         job = next(j for j in jobs if j.folder.spec.name == name)
         out = output_folder(args, name)
-        out = out / cluster_tuning.kind_folder(kind) if kinds > 1 else out
+        out = out / cluster_tuning.kind_folder(kind, kinds) if len(kinds) > 1 else out
         code = max(code, finish(args, job.folder, report, out, paths[name]))
         printed.append(report)
     _print_json(args, printed)
@@ -202,6 +213,10 @@ def finish(args, folder, report, out: Path, store_path: Path) -> int:
             return 1
         console.print(f"[yellow]not measured at {len(unmeasured)} of {len(report.shapes)} shapes:[/yellow] "
                       f"{where}: {why}", highlight=False)
+    if lost := report.verification_lost:
+        console.print(f"[yellow]not verified at {len(lost)} shape(s):[/yellow] the cluster lost the workers "
+                      "checking them: " + ", ".join(v.label for v in lost) + f" (`astra verify {out}` checks them)",
+                      highlight=False)
     if failures := report.verification_failures:
         console.print(f"[red]the dispatch table failed at {len(failures)} shape(s):[/red] "
                       + "; ".join(f"{v.label}: {v.status} {v.message[:120]}" for v in failures))

@@ -1,6 +1,6 @@
 """A node removed mid-run: a two-node local cluster (a second raylet on this machine), one stand-in
 GPU on the head and two on the other node. Its workers are lost with it, no replacement finds a free
-GPU, and the run ends on the head's worker with its report; a re-run completes the store."""
+GPU, and what they held is asked again of the head's worker: the run ends with every evaluation stored."""
 
 from __future__ import annotations
 
@@ -50,9 +50,10 @@ def test_a_lost_node_s_work_goes_to_the_others(two_nodes, tmp_path):
         assert not thread.is_alive()
         report = done["report"]
         assert [s.label for s in report.shapes] == [replay.FOLDER.spec.label(s) for s in replay.SHAPES]
+        deadline = time.monotonic() + 120
+        while pool.starting and time.monotonic() < deadline:  # the replacements' start timeouts
+            time.sleep(0.1)
         assert len(pool.live()) == 1  # the head's worker; the node's two found no GPU to restart on
         assert sum("no replacement" in line for line in pool.lost) == 2, pool.lost
-        assert store.count(status="lost") == 0
-        # what the lost node held is measured by the same command again, on what is left
-        replay.tune(view, store, parallel=3)
-        assert replay.rows(store) == rows_one
+        # what the lost node held was asked again of the head's worker: nothing is missing
+        assert replay.rows(store) == rows_one and store.count(status="lost") == 0

@@ -149,7 +149,6 @@ def test_a_recorded_worker_answers_everything_from_its_recording(tmp_path):
     with ResultsStore(tmp_path / "rec.sqlite", read_only=True) as recorded:
         expected = {r["key"]: r["result"] for r in recorded.rows()}
     worker = RecordedWorker(tmp_path / "rec.sqlite.gz")
-    unpacked = worker._unpacked
 
     def run(store_name: str, evaluations: int):
         with ResultsStore(tmp_path / store_name) as store:
@@ -163,4 +162,6 @@ def test_a_recorded_worker_answers_everything_from_its_recording(tmp_path):
     refused = [t for s in report.shapes for t in s.search.trials if t.status == "unrecorded"]
     assert refused and all(str(tmp_path / "rec.sqlite.gz") in t.message for t in refused)
     worker.close()
-    assert not unpacked.exists()  # its private copy is gone with it
+    again = RecordedWorker(tmp_path / "rec.sqlite.gz")  # the unpacked copy is one, shared, in the cache
+    assert again.path == worker.path and again.path.is_file() and str(tmp_path) not in str(again.path)
+    again.close()
