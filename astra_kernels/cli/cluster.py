@@ -36,6 +36,10 @@ def _pace(text: str) -> float:
 def check_cluster_arguments(args) -> None:
     from astra_kernels.tools.errors import UsageError
 
+    if args.ray not in (None, "local", "auto") and ":" not in args.ray:
+        # `astra tune --ray silu_and_mul` reads the kernel as --ray's address
+        raise UsageError(f"--ray takes nothing, `auto` or HOST:PORT, not {args.ray!r}: name the kernels before "
+                         "--ray, or give its address as --ray=HOST:PORT")
     if args.ray is None and (args.workers or args.pace):
         raise UsageError("--workers and --pace are for a run on a Ray cluster (--ray)")
     if args.pace and not args.replay:

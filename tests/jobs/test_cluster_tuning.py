@@ -164,9 +164,11 @@ def test_cluster_options_are_one_line_errors(cluster, capsys):
     assert cli.main(["tune", "silu_and_mul", "--ray", "--pace", "2"]) == 2
     assert cli.main(["tune", "silu_and_mul", "--ray", "--workers", "5"]) == 2  # three GPUs
     assert cli.main(["tune", "silu_and_mul", "no_such_kernel", "--replay", "recorded"]) != 0  # before any tuning
+    assert cli.main(["tune", "--ray", "silu_and_mul", "rmsnorm"]) == 2  # the kernel read as the address
     lines = [line for line in capsys.readouterr().out.splitlines() if line.strip() and "Token" not in line]
-    assert len(lines) == 4, lines
+    assert len(lines) == 5, lines
     assert "--ray" in lines[0] and "--replay" in lines[1] and "3 GPU" in lines[2] and "no_such_kernel" in lines[3]
+    assert "name the kernels before --ray" in lines[4]
 
 
 def _wait_for(condition, timeout_s: float = 120.0):
