@@ -116,6 +116,7 @@ class EvaluationWorker:
         if compile_timeout_s is not None and compile_timeout_s <= 0:
             raise ValueError(f"compile_timeout_s must be positive, not {compile_timeout_s}")
         self.device_index = device_index
+        self.host = socket.gethostname()  # recorded with each result: where it was measured
         self.timeout_s = timeout_s
         self.compile_timeout_s = compile_timeout_s
         self.start_timeout_s = start_timeout_s
@@ -193,7 +194,7 @@ class EvaluationWorker:
         started = time.perf_counter()
         base = dict(label=request.label, kernel=request.kernel,
                     device=self.device["name"], arch=self.device["arch"],
-                    bytes_moved=request.problem.bytes_moved)
+                    bytes_moved=request.problem.bytes_moved, host=self.host, gpu=str(self.device_index))
         compile_timeout = self.compile_timeout_s if self.compile_timeout_s is not None else deadline / 2
         try:
             self._conn.send(_Evaluation(request, min(compile_timeout, deadline)))
@@ -218,7 +219,7 @@ class EvaluationWorker:
                 message=f"no answer within {deadline:.1f} s (a hung kernel or compile); the worker was killed",
                 **base,
             )
-        result.host, result.gpu = result.host or socket.gethostname(), result.gpu or str(self.device_index)
+        result.host, result.gpu = base["host"], base["gpu"]
         if result.fatal:
             self._replace()
         if result.status == "toolchain_error":
