@@ -38,6 +38,7 @@ def _number(kind: type, smallest: float, words: str):
 positive_int = _number(int, 1, "a positive integer")
 count = _number(int, 0, "a whole number of zero or more")
 positive_seconds = _number(float, 1e-9, "a positive number of seconds")
+positive_factor = _number(float, 1e-9, "a positive number")
 
 
 def add_measuring_arguments(parser) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from astra_kernels.cli.arguments import positive_factor, positive_int
 from astra_kernels.cli.output import cluster_table, cluster_view, console, print_table, side_console
 
 
@@ -15,22 +16,12 @@ def add_cluster_arguments(parser, what: str) -> None:
                         help=f"{what} over the GPUs of a Ray cluster, one evaluation worker per GPU, compiles on "
                              "its CPUs: alone, a cluster on this machine for this command; `auto` or HOST:PORT, an "
                              "existing one (needs pip install 'astra-kernels[ray]')")
-    parser.add_argument("--workers", type=_positive, help="with --ray: how many workers (default one per GPU of the "
-                                                          "cluster; a --replay on a cluster without GPUs: 2)")
-    parser.add_argument("--pace", type=_pace, help="with --ray --replay: each answer takes PACE times its recorded "
-                                                   "evaluation's wall time (a cluster's evaluation rate, on CPUs)")
-
-
-def _positive(text: str) -> int:
-    from astra_kernels.cli.arguments import positive_int
-
-    return positive_int(text)
-
-
-def _pace(text: str) -> float:
-    from astra_kernels.cli.arguments import positive_seconds
-
-    return positive_seconds(text)
+    parser.add_argument("--workers", type=positive_int,
+                        help="with --ray: how many workers (default one per GPU of the cluster; a --replay on a "
+                             "cluster without GPUs: 2, or one per GPU kind of its recording)")
+    parser.add_argument("--pace", type=positive_factor,
+                        help="with --ray --replay: each answer takes PACE times its recorded evaluation's wall time "
+                             "(a cluster's evaluation rate, on CPUs)")
 
 
 def check_cluster_arguments(args) -> None:

@@ -89,9 +89,13 @@ class WorkerPool:
             devices = self._ray.get([h.describe.remote() for h in handles], timeout=start_timeout_s)
         except Exception as exc:
             for handle in handles:
-                self._ray.kill(handle)
-            raise WorkerError(f"the cluster's {count} evaluation worker(s) did not all start within "
-                              f"{start_timeout_s:.0f} s: {_first_line(exc)}") from None
+                try:
+                    self._ray.kill(handle)
+                except Exception:
+                    pass
+            why = (f"not all placed within {start_timeout_s:.0f} s (too few free GPUs?)"
+                   if isinstance(exc, self._ray.exceptions.GetTimeoutError) else _first_line(getattr(exc, "cause", None) or exc))
+            raise WorkerError(f"the cluster's {count} evaluation worker(s) did not start: {why}") from None
         for handle, device in zip(handles, devices):
             self._add(handle, device)
 

@@ -36,7 +36,9 @@ def connected(address: str | None, *, num_gpus: int | None = None, num_cpus: int
     ours = not ray.is_initialized()
     if ours:
         try:
-            ray.init(address=address or None, num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False,
+            # "local": a new cluster on this machine even where RAY_ADDRESS or a `ray start` one is
+            # about (ray.init(None) would join those, and take their GPUs for this command's)
+            ray.init(address=address or "local", num_gpus=num_gpus, num_cpus=num_cpus, include_dashboard=False,
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray cluster"

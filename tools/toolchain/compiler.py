@@ -190,6 +190,8 @@ def compiling_with(executor: futures.Executor) -> Iterator[None]:
         yield
     finally:
         _EXECUTOR = before
+        # what is still compiling there is not waited for: a thread waiting on it gets an error
+        executor.shutdown(wait=False, cancel_futures=True)
 
 
 # Pools compiling now, in any thread, each with whether stop_compiles has killed its workers.
