@@ -46,9 +46,7 @@ def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, R
 
     def run(item) -> tuple[tuple[str, str], tuning.TuneReport]:
         kind, job = item
-        view = pool.view(kind)
-        if job.recording:  # the workers hold every kernel's recording; this report names its own
-            view.device["replay"] = job.recording
+        view = pool.view(kind, job.recording)  # the workers hold every kernel's recording; its report names its own
         evaluator = StoredEvaluator(view, stores[job.folder.spec.name], run_id=f"tune-{job.folder.spec.name}")
         report = tuning.tune(job.folder, view, evaluator, shapes=job.shapes, dtype=job.dtype, variant=job.variant,
                              verify=list(job.verify), parallel=max(len(job.shapes), len(job.verify), 1), **options)

@@ -8,9 +8,10 @@ caller holds a `KindView`, whose device is that kind's and whose evaluations go 
 
 Faults. A kernel that faults or hangs is the actor's EvaluationWorker's to survive (its child
 dies, the result says crashed or timeout, as it does locally). An actor that dies itself (its
-process killed, its node gone) is found when its answer fails: the candidate it held comes back
-as status "lost" (no verdict on the candidate, so the results store keeps nothing and a re-run
-measures it), and a replacement actor is started in the background wherever a GPU is free. One
+process killed, its node gone) is found when its answer fails: a replacement actor is started in
+the background wherever a GPU is free, and the evaluation it held is asked again of another worker
+(KindView, LOST_RETRIES times) before it comes back as status "lost" (no verdict on the candidate,
+so no results store keeps it and a re-run measures it). One
 that cannot be placed within `start_timeout_s` (a node lost with its GPUs) is given up; when a
 kind has no worker left and none starting, its callers get a WorkerError naming it.
 """
@@ -21,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from astra_kernels.tools.errors import WorkerError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
@@ -46,7 +47,6 @@ class Slot:
     done: int = 0
     alive: bool = True
     replaces: int | None = None  # the slot whose lost actor this one replaced
-    since: float = field(default_factory=time.monotonic)
 
     @property
     def kind(self) -> str:
@@ -122,8 +122,10 @@ class WorkerPool:
         with self._lock:
             return sorted({s.kind for s in self.slots if s.alive})
 
-    def view(self, kind: str) -> "KindView":
-        return KindView(self, kind)
+    def view(self, kind: str, recording: str | None = None) -> "KindView":
+        """The `kind` workers as one evaluator; for a replay, `recording` is what its reports name
+        (the workers may hold several kernels' recordings)."""
+        return KindView(self, kind, recording)
 
     def live(self, kind: str | None = None) -> list[Slot]:
         with self._lock:
@@ -259,12 +261,14 @@ class WorkerPool:
 class KindView(NothingToStart):
     """The pool's workers of one GPU kind, standing where an EvaluationWorker would."""
 
-    def __init__(self, pool: WorkerPool, kind: str):
+    def __init__(self, pool: WorkerPool, kind: str, recording: str | None = None):
         live = pool.live(kind)
         if not live:
             raise WorkerError(f"the cluster has no {kind} worker")
         self.pool, self.kind = pool, kind
         self.device = {k: v for k, v in live[0].device.items() if k not in ("host", "gpu", "pid")}
+        if recording:
+            self.device["replay"] = recording
         self.restarts = 0
 
     @property

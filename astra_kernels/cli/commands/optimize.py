@@ -180,7 +180,4 @@ def _on_cluster(args, kernel: str):
         if len(pool.kinds) > 1:
             console.print(f"measuring on the cluster's {kind} workers (of {', '.join(pool.kinds)}): one kind per run",
                           highlight=False)
-        view = pool.view(kind)
-        if args.replay:
-            view.device["replay"] = recording[0]
-        yield view
+        yield pool.view(kind, recording[0] if recording else None)
