@@ -115,3 +115,19 @@ def test_the_default_output_folders_are_ignored_by_git():
     paths = ["out/rmsnorm/report.md", "out/rmsnorm-agent/best.cu", "export/rmsnorm/rmsnorm.cu"]
     ignored = subprocess.run(["git", "check-ignore", *paths], cwd=root, capture_output=True, text=True).stdout.split()
     assert ignored == paths
+
+
+def test_set_takes_several_sets_each_shape_once():
+    from argparse import Namespace
+
+    from astra_kernels.cli.arguments import shapes_from
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.errors import UsageError
+
+    folder = suite.load("rmsnorm")
+    both = shapes_from(folder, Namespace(shapes=None, set="astra,serving"))
+    astra, serving = folder.spec.shapes["astra"], folder.spec.shapes["serving"]
+    assert both[:len(astra)] == astra and all(s in both for s in serving)
+    assert len(both) == len({tuple(sorted(s.items())) for s in both}) < len(astra) + len(serving) + 1
+    with pytest.raises(UsageError, match="rmsnorm has no shape set 'nosuch'"):
+        shapes_from(folder, Namespace(shapes=None, set="astra,nosuch"))

@@ -58,7 +58,7 @@ def test_a_cluster_run_equals_a_one_worker_run(cluster, one_worker, tmp_path):
     assert {r["result"]["gpu"] for r in stored} <= {"0", "1", "2"}
 
 
-def test_a_worker_killed_mid_run_is_replaced_and_its_evaluation_asked_again(cluster, one_worker, tmp_path):
+def test_a_worker_killed_mid_run_is_replaced_and_its_evaluation_asked_again(cluster, one_worker, tmp_path, capsys):
     report_one, rows_one = one_worker
     done: dict = {}
     with WorkerPool(2, recordings=[replay.recording()], pace=10.0) as pool, \
@@ -77,6 +77,19 @@ def test_a_worker_killed_mid_run_is_replaced_and_its_evaluation_asked_again(clus
         # what it held was asked again: the run is the uninterrupted one, and nothing "lost" is kept
         assert replay.comparable(done["report"]) == replay.comparable(report_one)
         assert replay.rows(store) == rows_one and store.count(status="lost") == 0
+    # Ray's word of the death ("A worker died or was killed ...") may come later; it is never stdout's
+    assert "died" not in capsys.readouterr().out
+
+
+def test_ray_s_own_messages_go_to_stderr(cluster, capsys):
+    """What a raylet reports reaches the driver through this function, which Ray calls with
+    is_err False (stdout); within `connected` it prints to stderr, so `--json` stays JSON."""
+    import ray._private.worker as ray_worker
+
+    ray_worker.print_to_stdstream({"lines": ["A worker died (a test's)"], "pid": "raylet", "is_err": False},
+                                  ignore_prefix=False)
+    captured = capsys.readouterr()
+    assert "A worker died (a test's)" in captured.err and "died" not in captured.out
 
 
 def test_one_shape_s_configurations_are_measured_side_by_side(cluster, one_worker, tmp_path):
@@ -178,3 +191,23 @@ def _wait_for(condition, timeout_s: float = 120.0):
             return found
         time.sleep(0.05)
     raise AssertionError("the condition never held")
+
+
+def test_a_candidate_no_recording_holds_is_refused_naming_each_recording(cluster):
+    """A replay worker holds every kernel's recording; when none has the candidate, its answer names
+    them all, not only the last one asked (another kernel's, which would mislead)."""
+    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.cluster.host import EvaluationHost
+
+    held = [str(recordings.resolve("recorded", k)) for k in ("merge_attn_states", "rmsnorm")]
+    host = EvaluationHost(recordings=held)
+    try:
+        config = replay.OPTIONS["configs"][0]
+        request = suite.request(replay.FOLDER, "template", replay.SHAPES[0], "bf16", "default", config,
+                                sms=132, arch="sm_90")
+        result = host.evaluate(request)
+    finally:
+        host.close()
+    assert result.status == "unrecorded"
+    assert all(name in result.message for name in held) and "none of the recordings" in result.message

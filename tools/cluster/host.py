@@ -47,6 +47,12 @@ class EvaluationHost:
             result = worker.evaluate(request)
             if result.status != "unrecorded":
                 break
+        else:
+            if len(self.workers) > 1:  # the last one's message would name one recording of several
+                names = ", ".join(w.device.get("replay", "?") for w in self.workers)
+                result = result.model_copy(update={"message": f"none of the recordings this worker holds ({names}) "
+                                                   f"has a measurement of this candidate on {result.device}; a "
+                                                   "replay answers only what a GPU run recorded"})
         return result.model_copy(update={"host": self.where["host"], "gpu": self.where["gpu"]})
 
     def close(self) -> None:

@@ -33,8 +33,10 @@ def connected(address: str | None, *, num_gpus: int | None = None, num_cpus: int
     ray = ray_module()
     if address and (num_gpus is not None or num_cpus is not None):
         raise AstraError("a cluster's size is its own: num_gpus and num_cpus are only for a local one")
-    ours = not ray.is_initialized()
-    if ours:
+    if ray.is_initialized():
+        yield _resources(ray)
+        return
+    with _ray_messages_on_stderr(ray):
         try:
             # "local": a new cluster on this machine even where RAY_ADDRESS or a `ray start` one is
             # about (ray.init(None) would join those, and take their GPUs for this command's)
@@ -43,8 +45,34 @@ def connected(address: str | None, *, num_gpus: int | None = None, num_cpus: int
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
             raise AstraError(f"cannot connect to {where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
-    try:
-        yield {name: ray.cluster_resources().get(name, 0) for name in ("GPU", "CPU")}
-    finally:
-        if ours:
+        try:
+            yield _resources(ray)
+        finally:
             ray.shutdown()
+
+
+def _resources(ray) -> dict:
+    return {name: ray.cluster_resources().get(name, 0) for name in ("GPU", "CPU")}
+
+
+@contextlib.contextmanager
+def _ray_messages_on_stderr(ray) -> Iterator[None]:
+    """Ray's driver prints what its raylets report ("A worker died or was killed ...") to stdout,
+    whatever log_to_driver says (ray._private.worker.listen_error_messages marks them not errors).
+    A command's stdout is its output, `--json`'s JSON above all, so for the block they are printed
+    to stderr instead: the same lines, marked as errors. Where a Ray version lacks the function,
+    nothing changes."""
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    printing = getattr(module, "print_to_stdstream", None)
+    if printing is None:
+        yield
+        return
+
+    def to_stderr(data, *args, **kwargs):
+        return printing({**data, "is_err": True}, *args, **kwargs)
+
+    module.print_to_stdstream = to_stderr
+    try:
+        yield
+    finally:
+        module.print_to_stdstream = printing

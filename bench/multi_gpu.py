@@ -1,0 +1,213 @@
+"""Multi-GPU benchmark: `astra tune --ray` over several kernels with 1, 2, ... workers (one per GPU),
+the wall time of each against the one-worker run, the tables compared shape by shape, and a run in
+which one worker is killed mid-way.
+
+    python bench/multi_gpu.py [--kernels silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states]
+        [--set astra] [--budget 16] [--workers 1,2] [--kill-after 40] [--out out/multi_gpu]
+        [--json docs/bench/.../multi_gpu.json] [--replay recorded --pace 1]
+
+Each run is the command a user types, `astra tune K1 K2 ... --set S --strategy random --budget N
+--seed 0 --ray --workers W`, in its own output folder, results store and compile cache (nothing is
+reused between runs: each compiles and measures from nothing), timed from start to exit. A seeded
+random search proposes without looking at what it measured, so every run measures the same
+configurations at every shape, and their tables can differ only where two configurations are within
+the timing spread of each other.
+
+Tables are compared per shape: the best configuration's median in the W-worker run against the
+one-worker run's, and whether it is the same configuration; "within spread" means the two medians
+differ by no more than the sum of their measured spreads (each the (max - min) / median of its
+timing samples) plus 2%, an allowance for what moves between two runs (clocks, which GPU) and one
+run's spread cannot see.
+
+With --kill-after S, one more run with the largest W kills one evaluation worker (the Ray actor
+process `ray::EvaluationHost`, whose child holds the GPU) S seconds in, and the run must still end
+in its report with every shape measured. With --replay the workers answer from recordings (no GPU),
+each answer after --pace times its recorded wall time: a rehearsal of the same runs on CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.table import Table
+
+from astra_kernels.cli.output import console, print_table
+from astra_kernels.tools.measuring.results import ResultsStore
+
+ACTOR_TITLE = "ray::EvaluationHost"  # what Ray names an evaluation worker's process
+BETWEEN_RUNS = 0.02  # what moves between two runs (clocks, which GPU) beyond each one's own spread
+
+
+def actor_pids() -> list[int]:
+    """The processes of this machine whose title is an evaluation worker's (Ray sets the title)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if title.startswith(ACTOR_TITLE):
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict:
+    """One `astra tune --ray` run in its own process group; its wall time, exit code and reports."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", *args.kernels.split(","),
+               "--set", args.set, "--strategy", "random", "--budget", str(args.budget), "--seed", "0",
+               "--ray", "--workers", str(workers), "--out", str(out), "--json"]
+    if args.replay:
+        command += ["--replay", args.replay, "--pace", str(args.pace)]
+    killed: dict = {}
+    with open(out / "stdout.json", "w") as stdout, open(out / "stderr.log", "w") as stderr:
+        start = time.perf_counter()
+        # its own compile cache: every run compiles its kernels' spaces from nothing, as the first does
+        environment = {**os.environ, "ASTRA_CACHE_DIR": str(out.resolve() / "cache")}
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=environment, start_new_session=True)
+
+        def kill_one() -> None:
+            deadline = start + kill_after
+            while time.perf_counter() < deadline and process.poll() is None:
+                time.sleep(0.2)
+            pids = actor_pids()
+            if pids and process.poll() is None:
+                os.kill(pids[0], signal.SIGKILL)
+                killed.update(pid=pids[0], at_s=round(time.perf_counter() - start, 1), of=len(pids))
+
+        killer = threading.Thread(target=kill_one, daemon=True) if kill_after is not None else None
+        if killer:
+            killer.start()
+        try:
+            code = process.wait()
+        finally:
+            if process.poll() is None:  # interrupted here: nothing this script started outlives it
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait()
+        seconds = time.perf_counter() - start
+        if killer:
+            killer.join()
+    run = {"workers": workers, "wall_s": round(seconds, 2), "exit": code, "command": " ".join(command[3:]),
+           "out": str(out)}
+    if kill_after is not None:
+        run["killed"] = killed or "no worker was running to kill"
+    try:
+        reports = json.loads((out / "stdout.json").read_text() or "[]")
+    except json.JSONDecodeError:
+        reports = []
+    run["reports"] = reports if isinstance(reports, list) else [reports]
+    run["best"] = best_by_shape(run["reports"], out)
+    return run
+
+
+def best_by_shape(reports: list[dict], out: Path) -> dict:
+    """(kernel, shape label) -> the search's best configuration, its median and spread, and the
+    GPUs that measured the run, read from each kernel's report and results store."""
+    best = {}
+    for report in reports:
+        kernel = report["kernel"]
+        with ResultsStore(out / kernel / "results.sqlite", read_only=True) as store:
+            rows = store.rows(kernel=kernel, which="template", status="ok")
+            lost = store.count(status="lost")
+        for shape in report["shapes"]:
+            search = shape["search"]
+            if search["best_config"] is None:
+                best[f"{kernel} {shape['label']}"] = None
+                continue
+            row = next(r for r in rows if r["shape"] == shape["shape"] and r["config"] == search["best_config"])
+            best[f"{kernel} {shape['label']}"] = {"config": search["best_config"], "median_us": row["median_us"],
+                                                  "spread": row["spread"], "gpu": row["result"].get("gpu"),
+                                                  "lost_rows": lost}
+    return best
+
+
+def compare(one: dict, other: dict) -> dict:
+    """Shape by shape: the other run's best against the one-worker run's."""
+    rows, within, same = [], 0, 0
+    for label, mine in one.items():
+        theirs = other.get(label)
+        if mine is None or theirs is None:
+            rows.append({"shape": label, "missing": True})
+            continue
+        ratio = theirs["median_us"] / mine["median_us"]
+        allowed = (mine["spread"] or 0) + (theirs["spread"] or 0) + BETWEEN_RUNS
+        ok = abs(ratio - 1) <= allowed
+        within += ok
+        same += mine["config"] == theirs["config"]
+        rows.append({"shape": label, "one_us": mine["median_us"], "other_us": theirs["median_us"], "ratio": ratio,
+                     "allowed": allowed, "within_spread": ok, "same_config": mine["config"] == theirs["config"]})
+    return {"shapes": len(one), "within_spread": within, "same_config": same, "rows": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", default="silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states")
+    parser.add_argument("--set", default="astra")
+    parser.add_argument("--budget", type=int, default=16, help="evaluations per shape")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--kill-after", type=float)
+    parser.add_argument("--only-kill", action="store_true", help="only the run with a worker killed")
+    parser.add_argument("--replay")
+    parser.add_argument("--pace", type=float, default=1.0)
+    parser.add_argument("--out", default="out/multi_gpu")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    import ray
+
+    counts = [int(w) for w in args.workers.split(",")]
+    figures = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+               "cpus": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
+               "command": "python " + " ".join(sys.argv), "runs": []}
+    if not args.only_kill:
+        for count in counts:
+            figures["runs"].append(tune(args, count, Path(args.out) / f"w{count}"))
+            run = figures["runs"][-1]
+            console.print(f"{count} worker(s): {run['wall_s']:.1f} s, exit {run['exit']}", highlight=False)
+    if args.kill_after is not None:
+        figures["kill"] = tune(args, max(counts), Path(args.out) / f"w{max(counts)}-kill", args.kill_after)
+        kill = figures["kill"]
+        console.print(f"{max(counts)} worker(s), one killed ({kill['killed']}): {kill['wall_s']:.1f} s, exit "
+                      f"{kill['exit']}, {sum(v is not None for v in kill['best'].values())} of {len(kill['best'])} "
+                      "shapes measured", highlight=False)
+    if figures["runs"]:
+        one = figures["runs"][0]
+        table = Table(title=f"astra tune --ray, {args.kernels} at {args.set}, {args.budget} seeded random "
+                            "configurations per shape")
+        for column in ("workers", "wall s", "speedup", "efficiency", "exit", "shapes within spread of 1 worker's",
+                       "same pick"):
+            table.add_column(column)
+        for run in figures["runs"]:
+            run["speedup"] = one["wall_s"] / run["wall_s"]
+            run["efficiency"] = run["speedup"] * one["workers"] / run["workers"]
+            run["against_first"] = compare(one["best"], run["best"])
+            c = run["against_first"]
+            table.add_row(str(run["workers"]), f"{run['wall_s']:.1f}", f"{run['speedup']:.2f}",
+                          f"{run['efficiency']:.2f}", str(run["exit"]), f"{c['within_spread']}/{c['shapes']}",
+                          f"{c['same_config']}/{c['shapes']}")
+        print_table(table)
+        if "kill" in figures:
+            figures["kill"]["against_first"] = compare(one["best"], figures["kill"]["best"])
+    if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        for run in figures["runs"] + ([figures["kill"]] if "kill" in figures else []):
+            run.pop("reports", None)  # in each run's folder; the figures keep what is compared
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+        console.print(f"wrote {args.json}", highlight=False)
+    runs = figures["runs"] + ([figures["kill"]] if "kill" in figures else [])
+    return 0 if all(r["exit"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
