@@ -174,6 +174,7 @@ def main() -> int:
             figures["runs"].append(tune(args, count, Path(args.out) / f"w{count}"))
             run = figures["runs"][-1]
             console.print(f"{count} worker(s): {run['wall_s']:.1f} s, exit {run['exit']}", highlight=False)
+            save(args, figures)  # each run's figures as soon as it ends: a later run may be cut short
     if args.kill_after is not None:
         figures["kill"] = tune(args, max(counts), Path(args.out) / f"w{max(counts)}-kill", args.kill_after)
         kill = figures["kill"]
@@ -198,15 +199,23 @@ def main() -> int:
         print_table(table)
         if "kill" in figures:
             figures["kill"]["against_first"] = compare(one["best"], figures["kill"]["best"])
-    if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        for run in figures["runs"] + ([figures["kill"]] if "kill" in figures else []):
-            run.pop("reports", None)  # in each run's folder; the figures keep what is compared
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
-        console.print(f"wrote {args.json}", highlight=False)
+    save(args, figures, final=True)
     runs = figures["runs"] + ([figures["kill"]] if "kill" in figures else [])
     return 0 if all(r["exit"] == 0 for r in runs) else 1
+
+
+def save(args, figures: dict, final: bool = False) -> None:
+    """--json: the figures so far; the reports stay in each run's folder (they are what is compared)."""
+    if not args.json:
+        return
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    kept = {**figures, "runs": [{k: v for k, v in r.items() if k != "reports"} for r in figures["runs"]]}
+    if "kill" in figures:
+        kept["kill"] = {k: v for k, v in figures["kill"].items() if k != "reports"}
+    with open(args.json, "w") as f:
+        json.dump(kept, f, indent=2)
+    if final:
+        console.print(f"wrote {args.json}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -166,6 +166,20 @@ def test_installed_command_works_from_the_repository_root(installed):
         assert re.search(r"compiled \d+ binaries of silu_and_mul \(0 failed\)", " ".join(output.split())), output
 
 
+def test_the_checkout_s_package_finds_its_subpackages_beside_it(tmp_path):
+    """A process that imports astra_kernels from the checkout instead of an install (a Ray worker,
+    which puts its driver's working directory first on sys.path) finds tools/ and kernels_sglang/
+    at the checkout's top level, where the install maps them from. -S: no site-packages, so no
+    editable install's finder can answer instead."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib.util, astra_kernels; "
+            "print(importlib.util.find_spec('astra_kernels.tools').origin); "
+            "print(importlib.util.find_spec('astra_kernels.kernels_sglang.suite').origin)")
+    proc = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(ROOT / "tools" / "__init__.py"), str(ROOT / "kernels_sglang" / "suite.py")]
+
+
 # ------------------------------------------------------------- build_wheelhouse.py
 
 TARGET_312 = bw.target_environment("3.12", bw.DEFAULT_PLATFORMS)
