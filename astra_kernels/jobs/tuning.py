@@ -154,13 +154,15 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
         chosen_configs = configs if configs is not None else (folder.template.sample_configs(sample, seed) if sample
                                                               else None)
+        # The baseline first: it needs no space, so with many shapes at once (a cluster's GPUs) the
+        # GPUs measure baselines while the CPUs compile the spaces, instead of waiting for them.
+        baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
         space = build_space(folder.template, env, base, limits, configs=chosen_configs, max_spill_bytes=max_spill_bytes,
                             compile_timeout_s=compile_timeout_s,
                             progress=(lambda done, total, label=label: compiling(label, done, total))
                             if compiling else None)
         if progress:
             progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
-        baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
         chosen = pick_strategy(strategy, len(space.candidates), budget)
         outcome = search_rounds(
             chosen, [c.config for c in space.candidates],
