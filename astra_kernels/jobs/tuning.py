@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -148,6 +149,10 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
 
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
+    # One shape's space compiled at a time (each one's compiles fill every CPU by themselves): with
+    # all shapes compiling at once, every space would be ready only at the end, the GPUs idle till
+    # then; one after another, the first shape's search starts after its own compiles.
+    compiling_one = threading.Semaphore(1)
 
     def one_shape(shape: dict[str, int]) -> ShapeResult:
         label = spec.label(shape)
@@ -157,10 +162,11 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         # The baseline first: it needs no space, so with many shapes at once (a cluster's GPUs) the
         # GPUs measure baselines while the CPUs compile the spaces, instead of waiting for them.
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
-        space = build_space(folder.template, env, base, limits, configs=chosen_configs, max_spill_bytes=max_spill_bytes,
-                            compile_timeout_s=compile_timeout_s,
-                            progress=(lambda done, total, label=label: compiling(label, done, total))
-                            if compiling else None)
+        with compiling_one:
+            space = build_space(folder.template, env, base, limits, configs=chosen_configs,
+                                max_spill_bytes=max_spill_bytes, compile_timeout_s=compile_timeout_s,
+                                progress=(lambda done, total, label=label: compiling(label, done, total))
+                                if compiling else None)
         if progress:
             progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
         chosen = pick_strategy(strategy, len(space.candidates), budget)
