@@ -20,7 +20,7 @@ timing samples) plus 2%, an allowance for what moves between two runs (clocks, w
 run's spread cannot see.
 
 With --kill-after S, one more run with the largest W kills one evaluation worker (the Ray actor
-process `ray::EvaluationHost`, whose child holds the GPU) S seconds in, and the run must still end
+process `ray::EvaluationHost` under the run's own cluster, whose child holds the GPU) S seconds in, and the run must still end
 in its report with every shape measured. With --replay the workers answer from recordings (no GPU),
 each answer after --pace times its recorded wall time: a rehearsal of the same runs on CPUs.
 """
@@ -48,18 +48,27 @@ ACTOR_TITLE = "ray::EvaluationHost"  # what Ray names an evaluation worker's pro
 BETWEEN_RUNS = 0.02  # what moves between two runs (clocks, which GPU) beyond each one's own spread
 
 
-def actor_pids() -> list[int]:
-    """The processes of this machine whose title is an evaluation worker's (Ray sets the title)."""
-    pids = []
+def actor_pids(root: int) -> list[int]:
+    """The evaluation workers among `root`'s descendants (the tune command's own cluster: its
+    raylet starts them), by the title Ray gives their processes; another run's are never touched."""
+    parents, titles = {}, {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                stat = (entry / "stat").read_text()
+                titles[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if title.startswith(ACTOR_TITLE):
-                pids.append(int(entry.name))
-    return sorted(pids)
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == root:
+                return True
+        return False
+
+    return sorted(pid for pid, title in titles.items() if title.startswith(ACTOR_TITLE) and descends(pid))
 
 
 def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict:
@@ -81,7 +90,7 @@ def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict
             deadline = start + kill_after
             while time.perf_counter() < deadline and process.poll() is None:
                 time.sleep(0.2)
-            pids = actor_pids()
+            pids = actor_pids(process.pid)
             if pids and process.poll() is None:
                 os.kill(pids[0], signal.SIGKILL)
                 killed.update(pid=pids[0], at_s=round(time.perf_counter() - start, 1), of=len(pids))
@@ -125,7 +134,10 @@ def best_by_shape(reports: list[dict], out: Path) -> dict:
             if search["best_config"] is None:
                 best[f"{kernel} {shape['label']}"] = None
                 continue
-            row = next(r for r in rows if r["shape"] == shape["shape"] and r["config"] == search["best_config"])
+            row = next((r for r in rows if r["shape"] == shape["shape"] and r["config"] == search["best_config"]), None)
+            if row is None:  # a best the store has no ok row of: not comparable
+                best[f"{kernel} {shape['label']}"] = None
+                continue
             best[f"{kernel} {shape['label']}"] = {"config": search["best_config"], "median_us": row["median_us"],
                                                   "spread": row["spread"], "gpu": row["result"].get("gpu"),
                                                   "lost_rows": lost}

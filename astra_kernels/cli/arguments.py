@@ -17,7 +17,7 @@ def shapes_from(folder, args) -> list[dict] | None:
         return folder.spec.parse_shapes(args.shapes)
     if args.set:
         shapes: list[dict] = []
-        for name in args.set.split(","):
+        for name in (n.strip() for n in args.set.split(",")):
             if name not in folder.spec.shapes:
                 raise UsageError(f"{folder.name} has no shape set {name!r}; it has {', '.join(folder.spec.shapes)}")
             shapes += [s for s in folder.spec.shapes[name] if s not in shapes]

@@ -13,6 +13,7 @@ folder gets the kernel source, the parameters, the table and a report.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -149,9 +150,11 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
 
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
-    # One shape's space compiled at a time (each one's compiles fill every CPU by themselves): with
-    # all shapes compiling at once, every space would be ready only at the end, the GPUs idle till
-    # then; one after another, the first shape's search starts after its own compiles.
+    # A whole space (hundreds of compiles a shape, enough to fill a cluster's CPUs by itself) is
+    # compiled one shape at a time per kernel: with every shape compiling at once, every space was
+    # ready only at the end and the GPUs idle till then (20 s on 2026-11-25's two-H100 run); one
+    # after another, each search starts after its own compiles. A sample or given configurations
+    # (a few compiles, maybe a model's template near its compile timeout) compile side by side.
     compiling_one = threading.Semaphore(1)
 
     def one_shape(shape: dict[str, int]) -> ShapeResult:
@@ -162,7 +165,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         # The baseline first: it needs no space, so with many shapes at once (a cluster's GPUs) the
         # GPUs measure baselines while the CPUs compile the spaces, instead of waiting for them.
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
-        with compiling_one:
+        with compiling_one if chosen_configs is None else contextlib.nullcontext():
             space = build_space(folder.template, env, base, limits, configs=chosen_configs,
                                 max_spill_bytes=max_spill_bytes, compile_timeout_s=compile_timeout_s,
                                 progress=(lambda done, total, label=label: compiling(label, done, total))

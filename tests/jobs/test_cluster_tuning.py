@@ -193,6 +193,29 @@ def _wait_for(condition, timeout_s: float = 120.0):
     raise AssertionError("the condition never held")
 
 
+def test_ray_s_printing_is_restored_after_the_block():
+    """The stderr routing lasts the block only (also one that raises), and a Ray without the
+    function is left as it is."""
+    from types import SimpleNamespace
+
+    from astra_kernels.tools.cluster.runtime import _ray_messages_on_stderr
+
+    def original(data, ignore_prefix):
+        seen.append(data["is_err"])
+
+    seen: list = []
+    fake = SimpleNamespace(_private=SimpleNamespace(worker=SimpleNamespace(print_to_stdstream=original)))
+    with pytest.raises(RuntimeError):
+        with _ray_messages_on_stderr(fake):
+            fake._private.worker.print_to_stdstream({"lines": ["x"], "is_err": False}, ignore_prefix=False)
+            raise RuntimeError("the block fails")
+    assert seen == [True] and fake._private.worker.print_to_stdstream is original
+    bare = SimpleNamespace()
+    with _ray_messages_on_stderr(bare):
+        pass
+    assert vars(bare) == {}
+
+
 def test_a_candidate_no_recording_holds_is_refused_naming_each_recording(cluster):
     """A replay worker holds every kernel's recording; when none has the candidate, its answer names
     them all, not only the last one asked (another kernel's, which would mislead)."""

@@ -134,14 +134,24 @@ class _Buffers:
 
 
 _CASES: OrderedDict[tuple, Case] = OrderedDict()
-_CASES_KEPT = 2  # the two seeds of one problem: consecutive candidates share them
+# The draws kept, by size: a worker of a cluster gets the candidates of every shape in flight
+# interleaved (26 shapes at once on 2026-11-25's two-H100 run), and keeping only the last problem's
+# two draws redrew and recomputed the float64 reference for 424 of 426 evaluations; with every
+# problem kept, 26. The last two draws are kept whatever their size.
+CASES_KEPT_BYTES = 4 << 30
+_CASES_KEPT_AT_LEAST = 2
+
+
+def _case_bytes(case: Case) -> int:
+    return sum(a.nbytes for a in case.inputs.values()) + sum(a.nbytes for a in case.expected.values())
 
 
 def seeded_case(problem: Problem, seed: int) -> Case:
     """The seeded draw and its reference, computed once per problem and seed in this worker.
 
     Every configuration of a search is checked on the same two draws, and the float64 reference
-    of a large shape takes seconds, so the last draws are kept; nothing mutates them.
+    of a large shape takes seconds, so draws are kept, the most recently used first, up to
+    CASES_KEPT_BYTES (and always the last two); nothing mutates them.
     """
     key = (problem.label, tuple(problem.params), repr(problem.make_case), seed)
     if key in _CASES:
@@ -150,8 +160,10 @@ def seeded_case(problem: Problem, seed: int) -> Case:
     case = problem.make_case(seed)
     problem.validate_case(case)
     _CASES[key] = case
-    while len(_CASES) > _CASES_KEPT:
-        _CASES.popitem(last=False)
+    held = sum(_case_bytes(c) for c in _CASES.values())
+    while len(_CASES) > _CASES_KEPT_AT_LEAST and held > CASES_KEPT_BYTES:
+        _, dropped = _CASES.popitem(last=False)
+        held -= _case_bytes(dropped)
     return case
 
 

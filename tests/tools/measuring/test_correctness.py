@@ -115,19 +115,25 @@ def test_rotation_keeps_l2_cold(set_bytes, expected):
     assert rotation_count(set_bytes) == expected
 
 
-def test_worker_keeps_the_last_two_draws():
-    """Candidates of one search share their seeded draws; the worker computes each once."""
+def test_worker_keeps_draws_up_to_its_byte_budget_and_always_the_last_two(monkeypatch):
+    """Candidates share their seeded draws; the worker computes each once, also when the
+    candidates of many shapes come interleaved (a cluster's worker), until the draws kept pass
+    CASES_KEPT_BYTES; the oldest go first, the last two stay whatever their size."""
     from astra_kernels.tools.measuring import evaluation, probes
 
-    problem = probes.copy_request(1 << 12).problem
-    a1 = evaluation.seeded_case(problem, 1)
-    assert evaluation.seeded_case(problem, 1) is a1
-    b = evaluation.seeded_case(problem, 2)
-    assert b is not a1 and b.inputs["src"].tobytes() != a1.inputs["src"].tobytes()
-    other = probes.copy_request(1 << 13).problem
-    evaluation.seeded_case(other, 1)
-    assert evaluation.seeded_case(problem, 2) is b  # still kept: the two most recent
-    assert evaluation.seeded_case(problem, 1) is not a1  # pushed out, drawn again
+    monkeypatch.setattr(evaluation, "_CASES", type(evaluation._CASES)())
+    problems = [probes.copy_request(1 << n).problem for n in (12, 13, 14)]
+    first = {(i, seed): evaluation.seeded_case(p, seed) for i, p in enumerate(problems) for seed in (1, 2)}
+    assert first[0, 1].inputs["src"].tobytes() != first[0, 2].inputs["src"].tobytes()
+    for (i, seed), case in first.items():  # interleaved: every draw still kept
+        assert evaluation.seeded_case(problems[i], seed) is case
+    sizes = {key: evaluation._case_bytes(case) for key, case in first.items()}
+    # a budget that holds the two largest draws and no more: the others, least recently used, go
+    monkeypatch.setattr(evaluation, "CASES_KEPT_BYTES", sizes[2, 1] + sizes[2, 2])
+    evaluation.seeded_case(problems[2], 1)
+    new = evaluation.seeded_case(probes.copy_request(1 << 15).problem, 1)  # larger than the budget
+    assert list(evaluation._CASES.values()) == [first[2, 1], new]  # the last two, over budget or not
+    assert evaluation.seeded_case(problems[0], 1) is not first[0, 1]  # pushed out, drawn again
 
 
 @pytest.mark.parametrize("set_bytes", [1, 1 << 20, 1 << 30])
