@@ -126,7 +126,8 @@ def best_by_shape(reports: list[dict], out: Path) -> dict:
     best = {}
     for report in reports:
         kernel = report["kernel"]
-        with ResultsStore(out / kernel / "results.sqlite", read_only=True) as store:
+        folder = out / kernel if len(reports) > 1 else out  # `astra tune`'s --out: OUT/KERNEL for several
+        with ResultsStore(folder / "results.sqlite", read_only=True) as store:
             rows = store.rows(kernel=kernel, which="template", status="ok")
             lost = store.count(status="lost")
         for shape in report["shapes"]:
