@@ -42,9 +42,10 @@ FORBIDDEN = {
 # own making: pip on a build machine (nothing of the agent imports that script), this package's own
 # compiler child (sources go down a pipe, not into argv), compute-sanitizer running this package's
 # own child module on a request file it wrote.
-# nvcc.py runs nvcc on a file it wrote, with the flags of CompileOptions (a template adds only allowlisted ones)
+# nvcc.py runs nvcc on a file it wrote, with the flags of CompileOptions (a template adds only allowlisted ones);
+# bench/multi_gpu.py runs this package's own `astra tune` with its own benchmark's arguments.
 SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py", "tools/measuring/sanitizer.py",
-                    "tools/toolchain/nvcc.py"}
+                    "tools/toolchain/nvcc.py", "bench/multi_gpu.py"}
 # Unpickling of what the same module pickled into a private temporary folder for its own child.
 UNPICKLERS = {"tools/measuring/sanitizer.py"}
 # Names that would carry a model's text (a kernel source, an answer) into a command line.
