@@ -5,6 +5,7 @@ which one worker is killed mid-way.
     python bench/multi_gpu.py [--kernels silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states]
         [--set astra] [--budget 16] [--workers 1,2] [--kill-after 40] [--out out/multi_gpu]
         [--json docs/bench/.../multi_gpu.json] [--replay recorded --pace 1]
+    python bench/multi_gpu.py --analyse DIR     (DIR: an earlier run's --out, e.g. run C's stores unpacked)
 
 Each run is the command a user types, `astra tune K1 K2 ... --set S --strategy random --budget N
 --seed 0 --ray --workers W`, in its own output folder, results store and compile cache (nothing is
@@ -32,6 +33,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -175,7 +177,13 @@ def main() -> int:
     parser.add_argument("--pace", type=float, default=1.0)
     parser.add_argument("--out", default="out/multi_gpu")
     parser.add_argument("--json")
+    parser.add_argument("--analyse", metavar="DIR",
+                        help="no run: read the results stores of DIR/w1 and DIR/w2 (an earlier --out) and print "
+                             "how busy the workers were, each evaluation's wall time at 2 workers against 1, and "
+                             "how often a worker drew a problem's inputs and reference again")
     args = parser.parse_args()
+    if args.analyse:
+        return analyse(Path(args.analyse))
     import ray
 
     counts = [int(w) for w in args.workers.split(",")]
@@ -215,6 +223,67 @@ def main() -> int:
     save(args, figures, final=True)
     runs = figures["runs"] + ([figures["kill"]] if "kill" in figures else [])
     return 0 if all(r["exit"] == 0 for r in runs) else 1
+
+
+def _stored(folder: Path) -> dict[str, dict]:
+    """Every row of a run's results stores (one per kernel) by key: created_at, the problem (kernel
+    and shape) and the result."""
+    rows = {}
+    for path in sorted(folder.glob("**/results.sqlite")):
+        with ResultsStore(path, read_only=True) as store:
+            for row in store.rows():
+                rows[row["key"]] = {"at": datetime.fromisoformat(row["created_at"]).timestamp(),
+                                    "problem": (row["kernel"], json.dumps(row["shape"], sort_keys=True)),
+                                    "result": row["result"]}
+    return rows
+
+
+def _redrawn(rows: dict[str, dict], kept: int | None) -> int:
+    """How many evaluations found their problem's draws gone from a worker keeping the last `kept`
+    problems' (None: all), taking each worker's evaluations in the order they were stored."""
+    by_gpu: dict[str, list] = {}
+    for row in sorted(rows.values(), key=lambda r: r["at"]):
+        by_gpu.setdefault(row["result"].get("gpu"), []).append(row["problem"])
+    misses = 0
+    for problems in by_gpu.values():
+        held: list = []
+        for problem in problems:
+            if problem in held:
+                held.remove(problem)
+            else:
+                misses += 1
+            held.append(problem)
+            if kept:
+                del held[:-kept]
+    return misses
+
+
+def analyse(folder: Path) -> int:
+    """--analyse: the figures docs/scaling.md gives from a run's stores (run C's are shipped)."""
+    runs = {name: _stored(folder / name) for name in ("w1", "w2")}
+    if not all(runs.values()):
+        console.print(f"error: no results stores under {folder}/w1 and {folder}/w2 (an earlier run's --out)",
+                      highlight=False)
+        return 2
+    for name, rows in runs.items():
+        start = min(r["at"] for r in rows.values())
+        busy: dict[int, float] = {}
+        for row in rows.values():
+            slot = int((row["at"] - start) // 10)
+            busy[slot] = busy.get(slot, 0.0) + (row["result"].get("wall_seconds") or 0.0)
+        span = max(r["at"] for r in rows.values()) - start
+        console.print(f"{name}: {len(rows)} evaluations stored over {span:.1f} s; evaluation wall seconds per 10 s: "
+                      + ", ".join(f"{busy.get(i, 0.0):.0f}" for i in range(int(span // 10) + 1)), highlight=False)
+        console.print(f"{name}: draws made again with the last problem kept: {_redrawn(rows, 1)} of {len(rows)}; "
+                      f"with every problem kept: {_redrawn(rows, None)}", highlight=False)
+    one, two = runs["w1"], runs["w2"]
+    both = [k for k in one if k in two and one[k]["result"].get("timing") and two[k]["result"].get("timing")]
+    wall = [two[k]["result"]["wall_seconds"] / one[k]["result"]["wall_seconds"] for k in both]
+    gpu = [two[k]["result"]["timing"]["median_us"] / one[k]["result"]["timing"]["median_us"] for k in both]
+    console.print(f"{len(both)} evaluations in both runs: wall time at 2 workers over 1, median "
+                  f"{statistics.median(wall):.3f}, mean {statistics.mean(wall):.3f}; GPU time (graph-replay "
+                  f"median) ratio, median {statistics.median(gpu):.3f}", highlight=False)
+    return 0
 
 
 def save(args, figures: dict, final: bool = False) -> None:
