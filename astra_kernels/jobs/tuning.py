@@ -29,6 +29,7 @@ from . import charts as plots
 from .generated_files import generated_text
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.concurrency import map_in_threads
+from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
@@ -130,7 +131,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
          verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
          compile_timeout_s: float | None = None,
          compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold",
-         parallel: int = 1, configs: list[dict[str, int]] | None = None) -> TuneReport:
+         parallel: int = 1, configs: list[dict[str, int]] | None = None,
+         start: DispatchTable | None = None) -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
     `compile_timeout_s` bounds each configuration's compile while the space is pruned;
     `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
@@ -138,7 +140,10 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     `parallel`: shapes searched at once, and evaluations of the later phases in flight at once,
     for a worker that runs several (a cluster's GPUs of one kind: tools/cluster/); each shape's
     search is the same sequence of proposals either way, so the report is the same but for times.
-    `configs`: the configurations to search instead of the whole space (or `sample` of it)."""
+    `configs`: the configurations to search instead of the whole space (or `sample` of it).
+    `start`: a dispatch table (the one shipped for this GPU, say) whose pick at each shape is
+    measured before the search there (start_configs), so a re-tune after the template changed
+    keeps what the last one found wherever the search does no better."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -180,7 +185,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
-            parallel=spread,
+            parallel=spread, start=start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch),
         )
         return ShapeResult(
             shape=shape, label=label, space_total=space.total,
@@ -209,6 +214,31 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
                                     entries=[_entry(s, measured.get(s.label, [])) for s in report.shapes])
     verify_dispatch(report, folder, worker, evaluator, verify or [], progress, parallel)
     return report
+
+
+def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape: dict[str, int], *,
+                  sms: int, arch: str) -> list[dict[str, int]]:
+    """The template configuration `table` would run at `shape`, as one of `folder`'s template now: a
+    parameter the template no longer has dropped, one it has gained at its default (the last table
+    was tuned before it existed, so its picks ran as the default). Its baseline entries and sources
+    of its own are left out, so where it runs the baseline this is its nearest template pick (a
+    search has to start somewhere); nothing from a table with no template pick at all."""
+    if table is None or not (table.general or any(e.source == "template" for e in table.entries)):
+        return []
+    template = folder.template
+    names = [p.name for p in template.parameters]
+
+    def now(config: dict[str, int] | None) -> dict[str, int] | None:
+        return None if config is None else {n: config.get(n, template.default[n]) for n in names}
+
+    current = table.model_copy(update={
+        "general": now(table.general), "sources": {},
+        "entries": [e.model_copy(update={"config": now(e.config)}) for e in table.entries if e.source == "template"]})
+    try:
+        pick = current.pick(shape, sms=sms, arch=arch)
+    except AstraError:
+        return []
+    return [pick.config] if pick.source == "template" and pick.config else []
 
 
 def _prefetch_general(winners: dict[str, dict], shapes, request, evaluator, labels, deadline, parallel: int) -> None:

@@ -10,7 +10,9 @@
 // warp of the row sums the per-warp partials itself: one __syncthreads, no second broadcast.
 // With CLUSTER > 1 (few tokens: too few rows to fill the GPU) a row is split over the CTAs of a
 // thread-block cluster, each holding its slice in registers; the CTAs' partial sums meet through
-// distributed shared memory, so the data is still read once, in one launch.
+// distributed shared memory, so the data is still read once, in one launch. HINT = 1 gives the
+// loads L2 eviction priorities as Inductor's kernels do: w, read by every row, evict_last; x and
+// residual, read once, evict_first.
 #include "common.cuh"
 
 //@ kernel: fused_add_rmsnorm
@@ -21,10 +23,12 @@
 //@ param PRELOAD_W: 0, 1                           -- load w into registers with x and residual, before the reduction
 //@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
 //@ param CLUSTER: 1, 2, 4, 8                       -- CTAs per row, a thread-block cluster (split rows when tokens are few)
+//@ param HINT: 0, 1                                -- L2 eviction priorities on the loads (evict_last where read again, evict_first where last)
 //@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
 //@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
 //@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
 //@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
+//@ require HINT == 0 or SM >= 80                  -- L2 cache policies need sm_80
 //@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
 //@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32   -- every CTA of a split row gets at least a warp's vectors
 //@ require ROW_THREADS <= max(32, next_pow2(ceil_div(H // VEC, CLUSTER)))   -- no more threads per row than its vectors (rounded up to a power of two)
@@ -39,7 +43,7 @@
 //@ shared: 0 if ITEMS > 0 else ROWS * H * 4
 //@ fast_math: 1
 //@ max_registers: 128
-//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1 HINT=0
 
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
@@ -78,6 +82,61 @@ __device__ __forceinline__ void load_floats(const float* p, float (&v)[VEC]) {
 }
 #endif
 
+#if HINT
+// L2 eviction priorities, as Inductor's Triton kernels give them: a policy made once per thread
+// (createpolicy, sm_80+) and passed with each load (ld.global.L2::cache_hint). evict_last keeps a
+// line that will be read again (w, by every row), evict_first lets a line read for the last time
+// (x and residual) leave first.
+__device__ __forceinline__ unsigned long long l2_evict_last() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ unsigned long long l2_evict_first() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ uint4 load_bits(const uint4* p, unsigned long long policy) {
+    uint4 r;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(policy));
+    return r;
+}
+__device__ __forceinline__ uint2 load_bits(const uint2* p, unsigned long long policy) {
+    uint2 r;
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(r.x), "=r"(r.y) : "l"(p), "l"(policy));
+    return r;
+}
+__device__ __forceinline__ unsigned int load_bits(const unsigned int* p, unsigned long long policy) {
+    unsigned int r;
+    asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(policy));
+    return r;
+}
+__device__ __forceinline__ unsigned short load_bits(const unsigned short* p, unsigned long long policy) {
+    unsigned short r;
+    asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(r) : "l"(p), "l"(policy));
+    return r;
+}
+template <int BYTES> struct Bits;
+template <> struct Bits<16> { typedef uint4 type; };
+template <> struct Bits<8> { typedef uint2 type; };
+template <> struct Bits<4> { typedef unsigned int type; };
+template <> struct Bits<2> { typedef unsigned short type; };
+template <typename V> __device__ __forceinline__ V load_hinted(const V* p, unsigned long long policy) {
+    typedef typename Bits<sizeof(V)>::type B;
+    const B b = load_bits(reinterpret_cast<const B*>(p), policy);
+    return *reinterpret_cast<const V*>(&b);
+}
+#define HINT_POLICIES const unsigned long long keep_policy = l2_evict_last(), last_policy = l2_evict_first();
+#define LOAD_KEEP(p) load_hinted((p), keep_policy)  // read again later: w
+#define LOAD_LAST(p) load_hinted((p), last_policy)  // read for the last time
+#else
+#define HINT_POLICIES
+#define LOAD_KEEP(p) (*(p))
+#define LOAD_LAST(p) (*(p))
+#endif
+
 #if CLUSTER > 1
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
@@ -88,6 +147,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) CLUSTER_DIMS
 fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, const scalar_t* __restrict__ w,
                   float eps, int tokens, int hidden) {
     typedef Vec<scalar_t, VEC> V;
+    HINT_POLICIES
     const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
     const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
     const int lane = threadIdx.x & 31;
@@ -125,10 +185,10 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         if (k * ROW_THREADS < rem) {
-            xv[k] = xt[k * ROW_THREADS];
-            rv[k] = rt[k * ROW_THREADS];
+            xv[k] = LOAD_LAST(xt + k * ROW_THREADS);
+            rv[k] = LOAD_LAST(rt + k * ROW_THREADS);
 #if PRELOAD_W
-            wv[k] = wt[k * ROW_THREADS];
+            wv[k] = LOAD_KEEP(wt + k * ROW_THREADS);
 #endif
         }
     }
@@ -151,8 +211,8 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
     float* row_f = smem + group * hidden;  // this row's fp32 s
     if (valid) {
         for (int i = t; i < nvec; i += ROW_THREADS) {
-            const V xv = xr[i];
-            V rv = rr[i];
+            const V xv = LOAD_LAST(xr + i);
+            V rv = LOAD_LAST(rr + i);
             float s[VEC];
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
@@ -192,7 +252,7 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
 #if PRELOAD_W
             const V wk = wv[k];
 #else
-            const V wk = wt[k * ROW_THREADS];
+            const V wk = LOAD_KEEP(wt + k * ROW_THREADS);
 #endif
             V ov;
 #pragma unroll
@@ -203,7 +263,7 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
 #else
     // Each thread reads back only the floats it wrote itself: no barrier needed for row_f.
     for (int i = t; i < nvec; i += ROW_THREADS) {
-        const V wv = wr[i];
+        const V wv = LOAD_KEEP(wr + i);
         float s[VEC];
         load_floats(row_f + i * VEC, s);
         V ov;

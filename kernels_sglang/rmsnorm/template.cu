@@ -9,7 +9,9 @@
 // one __syncthreads, no second broadcast. With CLUSTER > 1 (few tokens: too few rows to fill the
 // GPU) a row is split over the CTAs of a thread-block cluster, each holding its slice in
 // registers; the CTAs' partial sums meet through distributed shared memory, so the row is still
-// read once and there is still one launch.
+// read once and there is still one launch. HINT = 1 gives the loads L2 eviction priorities as
+// Inductor's two-pass kernels do: a line read again (w by every row; x in pass 1 of ITEMS = 0, so
+// the re-read of pass 2 is served from L2) evict_last, a line read for the last time evict_first.
 #include "common.cuh"
 
 //@ kernel: rmsnorm
@@ -20,10 +22,12 @@
 //@ param PRELOAD_W: 0, 1                           -- load w into registers with x, before the reduction
 //@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
 //@ param CLUSTER: 1, 2, 4, 8                       -- CTAs per row, a thread-block cluster (split rows when tokens are few)
+//@ param HINT: 0, 1                                -- L2 eviction priorities on the loads (evict_last where read again, evict_first where last)
 //@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
 //@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
 //@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
 //@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
+//@ require HINT == 0 or SM >= 80                  -- L2 cache policies need sm_80
 //@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
 //@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32        -- every CTA of a split row gets at least a warp's vectors
 //@ require ROW_THREADS <= max(32, next_pow2(ceil_div(H // VEC, CLUSTER)))   -- no more threads per row than its vectors (rounded up to a power of two)
@@ -36,7 +40,7 @@
 //@ block: ROW_THREADS * ROWS
 //@ fast_math: 1
 //@ max_registers: 128
-//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=1 REG_CAP=128 CLUSTER=1
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=1 REG_CAP=128 CLUSTER=1 HINT=0
 
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
@@ -57,6 +61,61 @@ __device__ __forceinline__ float square_opaque(__half v) {
     return f * f;
 }
 
+#if HINT
+// L2 eviction priorities, as Inductor's Triton kernels give them: a policy made once per thread
+// (createpolicy, sm_80+) and passed with each load (ld.global.L2::cache_hint). evict_last keeps a
+// line that will be read again (w by every row, x between the passes), evict_first lets a line
+// read for the last time leave first.
+__device__ __forceinline__ unsigned long long l2_evict_last() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ unsigned long long l2_evict_first() {
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ uint4 load_bits(const uint4* p, unsigned long long policy) {
+    uint4 r;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(policy));
+    return r;
+}
+__device__ __forceinline__ uint2 load_bits(const uint2* p, unsigned long long policy) {
+    uint2 r;
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(r.x), "=r"(r.y) : "l"(p), "l"(policy));
+    return r;
+}
+__device__ __forceinline__ unsigned int load_bits(const unsigned int* p, unsigned long long policy) {
+    unsigned int r;
+    asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "l"(policy));
+    return r;
+}
+__device__ __forceinline__ unsigned short load_bits(const unsigned short* p, unsigned long long policy) {
+    unsigned short r;
+    asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(r) : "l"(p), "l"(policy));
+    return r;
+}
+template <int BYTES> struct Bits;
+template <> struct Bits<16> { typedef uint4 type; };
+template <> struct Bits<8> { typedef uint2 type; };
+template <> struct Bits<4> { typedef unsigned int type; };
+template <> struct Bits<2> { typedef unsigned short type; };
+template <typename V> __device__ __forceinline__ V load_hinted(const V* p, unsigned long long policy) {
+    typedef typename Bits<sizeof(V)>::type B;
+    const B b = load_bits(reinterpret_cast<const B*>(p), policy);
+    return *reinterpret_cast<const V*>(&b);
+}
+#define HINT_POLICIES const unsigned long long keep_policy = l2_evict_last(), last_policy = l2_evict_first();
+#define LOAD_KEEP(p) load_hinted((p), keep_policy)  // read again later: w, x in pass 1 of a re-read
+#define LOAD_LAST(p) load_hinted((p), last_policy)  // read for the last time
+#else
+#define HINT_POLICIES
+#define LOAD_KEEP(p) (*(p))
+#define LOAD_LAST(p) (*(p))
+#endif
+
 #if CLUSTER > 1
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
@@ -67,6 +126,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) CLUSTER_DIMS
 rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t* __restrict__ out,
         float eps, int tokens, int hidden) {
     typedef Vec<scalar_t, VEC> V;
+    HINT_POLICIES
     const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
     const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
     const int lane = threadIdx.x & 31;
@@ -103,9 +163,9 @@ rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         if (k * ROW_THREADS < rem) {
-            xv[k] = xt[k * ROW_THREADS];
+            xv[k] = LOAD_LAST(xt + k * ROW_THREADS);
 #if PRELOAD_W
-            wv[k] = wt[k * ROW_THREADS];
+            wv[k] = LOAD_KEEP(wt + k * ROW_THREADS);
 #endif
         }
     }
@@ -119,7 +179,7 @@ rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t
 #else
     if (valid) {
         for (int i = t; i < nvec; i += ROW_THREADS) {
-            const V v = xr[i];
+            const V v = LOAD_KEEP(xr + i);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
                 const float f = to_float(v.v[j]);
@@ -156,7 +216,7 @@ rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t
 #if PRELOAD_W
             const V wk = wv[k];
 #else
-            const V wk = wt[k * ROW_THREADS];
+            const V wk = LOAD_KEEP(wt + k * ROW_THREADS);
 #endif
             V ov;
 #pragma unroll
@@ -167,8 +227,8 @@ rmsnorm(const scalar_t* __restrict__ x, const scalar_t* __restrict__ w, scalar_t
     }
 #else
     for (int i = t; i < nvec; i += ROW_THREADS) {
-        const V xv = xr[i];
-        const V wv = wr[i];
+        const V xv = LOAD_LAST(xr + i);
+        const V wv = LOAD_KEEP(wr + i);
         V ov;
 #pragma unroll
         for (int j = 0; j < VEC; ++j)

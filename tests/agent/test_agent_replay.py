@@ -1,6 +1,7 @@
 """The whole agent graph without a GPU, on real measurements: `astra optimize --replay` over the
-H200 recording of 2026-11-23 shipped with the package. The rule-based planner tunes the template, the
-profiler accepts the result, and the report carries the recorded times."""
+newest H200 recording of rmsnorm shipped with the package (the one of its current template). The
+rule-based planner tunes the template, the profiler accepts the result, and the report carries the
+recorded times."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import sqlite3
 from pathlib import Path
 
 from astra_kernels import cli
-from astra_kernels.kernels_sglang import suite
+from astra_kernels.kernels_sglang import recordings, suite
 
 SPEC = suite.load("rmsnorm").spec
-RECORDING = Path(__file__).resolve().parents[2] / "kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz"
+RECORDING = recordings.resolve("recorded", "rmsnorm")
 
 
 def _recorded_baselines(tmp_path) -> dict[str, float]:

@@ -16,6 +16,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import cluster_tuning, tuning
+from astra_kernels.kernels_sglang import recordings
 from astra_kernels.tools.cluster.pool import WorkerPool
 from astra_kernels.tools.cluster.runtime import connected
 from astra_kernels.tools.measuring.results import ResultsStore
@@ -113,7 +114,7 @@ def test_astra_tune_ray_writes_each_kernel_and_shows_the_workers(cluster, tmp_pa
     assert code == 0, out[-2000:]
     for kernel in ("silu_and_mul", "rmsnorm"):
         assert (tmp_path / kernel / "dispatch.json").is_file() and (tmp_path / kernel / "results.sqlite").is_file()
-        assert f"recorded/h200-2026-11-24/{kernel}.sqlite.gz" in (tmp_path / kernel / "report.md").read_text()
+        assert f"recorded/{recordings.resolve('recorded', kernel).parent.name}/{kernel}.sqlite.gz" in (tmp_path / kernel / "report.md").read_text()
     table = [line for line in out.splitlines() if line.startswith("| ") and "NVIDIA H200" in line and "GPU" in line]
     assert len(table) == 3 and all(line.count("|") == 7 for line in table), out[-3000:]  # three workers, whole rows
 

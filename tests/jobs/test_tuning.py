@@ -18,12 +18,12 @@ from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import Budget, StoredEvaluator
 
-from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker
+from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker, row_sample
 
 
 def run(store, worker, **kw):
     return tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
-                       sample=40, seed=2, **kw)
+                       configs=row_sample(40, seed=2), seed=2, **kw)
 
 
 def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
@@ -193,3 +193,40 @@ def test_verify_needs_a_tuned_folder_and_a_gpu(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "out")]) == 2
     out = capsys.readouterr().out
     assert "no GPU here" in out and f"astra export {tmp_path / 'out'}" in out and "astra report" in out
+
+
+def _old_table(entries, general=None):
+    """A table from before the template gained FLAT and STREAM (and with a parameter it has since lost)."""
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+    return DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", general=general,
+                         entries=[DispatchEntry(shape=s, config=c, source=src) for s, c, src in entries])
+
+
+OLD_PICK = {"THREADS": 128, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "GONE": 3}
+
+
+def test_a_start_table_gives_its_pick_as_the_template_now_reads_it():
+    table = _old_table([({"T": 16, "D": 4096}, OLD_PICK, "template"), ({"T": 64, "D": 8192}, {}, "baseline")])
+    [config] = tuning.start_configs(table, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90")
+    # the parameters gained since at their defaults; the one the template lost dropped
+    assert config == {**{k: v for k, v in OLD_PICK.items() if k != "GONE"}, "FLAT": 0, "STREAM": 0}
+    # where the table runs the baseline, its nearest template pick (a search has to start somewhere)
+    assert tuning.start_configs(table, FOLDER, {"T": 64, "D": 8192}, sms=132, arch="sm_90") == [config]
+    assert tuning.start_configs(None, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90") == []
+    only_baseline = _old_table([({"T": 16, "D": 4096}, {}, "baseline")])
+    assert tuning.start_configs(only_baseline, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90") == []
+
+
+def test_tune_measures_the_start_tables_pick_first_and_keeps_it_where_nothing_beats_it(tmp_path):
+    # The scripted GPU is fastest at VEC=8, many CHUNKS, UNROLL=1: the start pick below is that
+    # best, and a two-evaluation search of a sample must not lose it.
+    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1}
+    table = _old_table([({"T": 16, "D": 4096}, best, "template")])
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = tuning.tune(FOLDER, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
+                             dtype="bf16", configs=[{**best, "FLAT": 0, "STREAM": 0, "THREADS": 256, "UNROLL": 4},
+                                                    {**best, "FLAT": 0, "STREAM": 0}],
+                             strategy="random", budget=Budget(evaluations=2), start=table)
+    search = report.shapes[0].search
+    assert search.rounds[0].action == "start" and search.trials[0].config == {**best, "FLAT": 0, "STREAM": 0}
+    assert report.dispatch.entries[0].config == {**best, "FLAT": 0, "STREAM": 0}

@@ -5,12 +5,15 @@ reports nothing (issue 16's rows, each tried as a user would type it)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import benchmark
 from astra_kernels.kernels_sglang import recordings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MALFORMED_SHAPES = ["16x", "0x0", "abc", "16x4096x2", "16x4096,,", "-5x4096", ""]
 # Every command that takes shapes, as a user would start it on a machine without a GPU (a replay
@@ -58,6 +61,11 @@ def test_verify_reads_its_shapes_the_same_way(tmp_path, capsys):
     (["optimize", "per_token_group_quant_fp8", "--shapes", "1x100"], "does not run at 1x100"),
     (["space", "rmsnorm", "--shape", "16x4096", "--variant", "zz"], "no variant 'zz'"),
     (["tune", "rmsnorm", "--set", "nosuch"], "rmsnorm has no shape set 'nosuch'; it has"),
+    (["tune", "rmsnorm", "--start", "/nonexistent/dispatch.json"], "--start: no dispatch table at /nonexistent"),
+    (["tune", "rmsnorm", "--start", f"{ROOT}/pyproject.toml"], "pyproject.toml: not a dispatch table"),
+    (["tune", "rmsnorm", "--start", f"{ROOT}/kernels_sglang/tuned/h200/silu_and_mul.json"],
+     "is a table of silu_and_mul in bf16, not of rmsnorm in bf16"),
+    (["tune", "rmsnorm", "--start", "shipped", "--ray"], "--start works without --ray only"),
 ])
 def test_what_the_kernel_does_not_run_at_is_named_before_any_work(argv, says, tmp_path, capsys):
     assert cli.main([*argv, "--replay", "recorded", "--out", str(tmp_path)] if argv[0] != "space" else argv) == 2

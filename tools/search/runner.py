@@ -51,7 +51,7 @@ class RoundSummary(BaseModel):
     """One round of a search in rounds: what the planner chose, and what the round found."""
 
     index: int
-    action: str  # "first", or the planner's "narrow" / "widen"
+    action: str  # "start" (given configurations, index -1), "first", or the planner's "narrow" / "widen"
     reasons: list[str] = Field(default_factory=list)
     pool: int
     evaluated: int = 0
@@ -160,9 +160,13 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                   evaluate: Callable[..., tuple[EvaluationResult, bool]], budget: Budget, *,
                   rounds: int, plan: RoundPlanner, seed: int = 0,
                   labels: Callable[[dict[str, int]], dict] | None = None,
-                  progress: Callable[[Trial], None] | None = None, parallel: int = 1) -> SearchOutcome:
+                  progress: Callable[[Trial], None] | None = None, parallel: int = 1,
+                  start: list[dict[str, int]] | None = None) -> SearchOutcome:
     """Searches in rounds, each over the candidates the planner picks from what was measured.
     `parallel`: proposals measured at once where the strategy allows (search's).
+    `start`: configurations measured first, in a round of their own (those among the candidates;
+    counted against an evaluation budget, not against the seconds): an earlier table's picks, so a
+    search of a changed space begins where the last one ended, and the planner's narrowing sees them.
 
     The budget is split over `rounds` rounds, each getting an equal share of what is left, so
     an unused share carries forward; when the planned rounds are over and budget is left, the
@@ -170,6 +174,13 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
     new candidate, so this ends). An unlimited budget lets the first round try everything.
     """
     outcome = SearchOutcome(strategy=strategy)
+    if firsts := [c for c in (start or []) if c in candidates]:
+        found = search(make_strategy("exhaustive", firsts, seed), request_for, evaluate, Budget(),
+                       labels=labels, progress=progress, parallel=parallel)
+        outcome.trials += found.trials
+        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts),
+                                           evaluated=len(found.trials), best_us=found.best_us))
+        outcome.best_us, outcome.best_config = found.best_us, found.best_config
     started = time.perf_counter()
     pool, action, reasons = list(candidates), "first", []
     for index in itertools.count():

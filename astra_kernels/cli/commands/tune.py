@@ -40,6 +40,11 @@ def add_parser(sub) -> None:
                       help="run the dispatch table's pick through the correctness checks at every shape "
                            "of every set (sets), or only at the tuned shapes (tuned, the default)")
     tune.add_argument("--sample", type=positive_int, help="search a seeded sample of this many configurations")
+    tune.add_argument("--start", metavar="TABLE",
+                      help="measure first, at each shape, what this dispatch table runs there (`shipped`: the table "
+                           "shipped for this GPU; or a dispatch.json or astra tune output folder), parameters the "
+                           "template has gained since at their defaults: a re-tune after a template change keeps "
+                           "the last table's picks wherever the search finds nothing faster")
     tune.add_argument("--l2", choices=["cold", "warm"], default="cold",
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
                            "default) or warm (inputs resident, as in decode); the dispatch table records it")
@@ -62,6 +67,10 @@ def run(args) -> int:
 
     check_cluster_arguments(args)
     kernels = list(dict.fromkeys(args.kernel))
+    if args.start and args.ray is not None:
+        raise UsageError("--start works without --ray only, for now: tune on one GPU to start from a table")
+    if args.start and args.start != "shipped" and len(kernels) > 1:
+        raise UsageError("--start TABLE is one kernel's table: give one kernel, or --start shipped")
     if len(kernels) > 1 and args.store and args.replay and args.ray is None:
         raise UsageError("--store with --replay and several kernels: each replay works on its own copy of its "
                          "kernel's recording; leave --store out (each goes to OUT/KERNEL/results.sqlite)")
@@ -171,9 +180,16 @@ def _tune_one(args, kernel: str, reports: list) -> int:
         seconds = TUNE_SECONDS / len(shapes)
     budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
     verify = {"tuned": [], "sets": spec.all_shapes()}[args.verify]
+    start = _start_table(args, spec, dtype)
     with _saved_if_interrupted(f"every evaluation so far, in the results store {store_path}"), \
             worker_context as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
+        if args.start == "shipped":
+            from astra_kernels.jobs.benchmark import shipped_table
+            start = shipped_table(spec.name, worker.device["name"])
+            if start is None and not args.json:
+                console.print(f"no table of {spec.name} is shipped for {worker.device['name']}: "
+                              "the search starts from nothing", highlight=False)
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
 
             def progress(label, trial):
@@ -190,9 +206,29 @@ def _tune_one(args, kernel: str, reports: list) -> int:
             report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
                                  strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
                                  sample=args.sample, verify=verify, max_spill_bytes=args.max_spill_bytes,
-                                 progress=progress, compiling=compiling, l2=args.l2)
+                                 progress=progress, compiling=compiling, l2=args.l2, start=start)
     reports.append(report)
     return finish(args, folder, report, out, store_path)
+
+
+def _start_table(args, spec, dtype: str):
+    """--start TABLE read before any GPU work, so a wrong file is one line, not a lost run
+    (`shipped` is resolved once the GPU is known)."""
+    from astra_kernels.jobs.benchmark import load_table
+    from astra_kernels.tools.errors import AstraError, UsageError
+
+    if not args.start or args.start == "shipped":
+        return None
+    try:
+        table = load_table(Path(args.start))
+    except AstraError as exc:  # no such file
+        raise UsageError(f"--start: {exc}") from None
+    except ValueError as exc:  # pydantic's: not a dispatch table
+        raise UsageError(f"--start {args.start}: not a dispatch table ({str(exc).splitlines()[0]})") from None
+    if table.kernel != spec.name or table.dtype != dtype:
+        raise UsageError(f"--start {args.start} is a table of {table.kernel} in {table.dtype}, "
+                         f"not of {spec.name} in {dtype}")
+    return table
 
 
 def finish(args, folder, report, out: Path, store_path: Path) -> int:

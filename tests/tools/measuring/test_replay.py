@@ -82,12 +82,14 @@ def test_replay_errors_name_the_problem(tmp_path):
 
 
 def test_the_shipped_recordings_replay(tmp_path):
-    """The shipped recording of 2026-11-24 rebuilds the shipped rmsnorm table (docs/tuning/rmsnorm)."""
+    """The newest shipped recording rebuilds the shipped rmsnorm table (docs/tuning.md, 2026-11-26)."""
     import json
     from pathlib import Path
 
+    from astra_kernels.kernels_sglang import recordings
+
     root = Path(__file__).resolve().parents[3]
-    recording = root / "kernels_sglang/recorded/h200-2026-11-24/rmsnorm.sqlite.gz"
+    recording = recordings.resolve("recorded", "rmsnorm")
     shipped = json.loads((root / "kernels_sglang/tuned/h200/rmsnorm.json").read_text())
     shapes = ",".join(suite.load("rmsnorm").spec.label(e["shape"]) for e in shipped["entries"][:2])
     out = tmp_path / "out"
@@ -103,7 +105,7 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     from astra_kernels.kernels_sglang import recordings
 
     path = recordings.resolve("recorded", "rmsnorm")
-    assert path.is_file() and path.parent.name == "h200-2026-11-24"
+    assert path.is_file() and path.parent.name == "h200-2026-11-26"
     assert recordings.resolve("recorded:h200-2026-11-23", "fused_add_rmsnorm").name == "fused_add_rmsnorm.sqlite.gz"
     assert recordings.resolve("some/store.sqlite", "rmsnorm").as_posix() == "some/store.sqlite"
     with pytest.raises(AstraError, match="no shipped recording of merge_attn_states.*shipped recordings: .*rmsnorm"):

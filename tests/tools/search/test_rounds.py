@@ -78,7 +78,7 @@ def fake_time(config) -> tuple[float, float]:
     return us, 2.0 / us
 
 
-def run_rounds(evaluated: list, strategy="random", budget=Budget(evaluations=15)):
+def run_rounds(evaluated: list, strategy="random", budget=Budget(evaluations=15), start=None):
     class Result:
         def __init__(self, us, fraction):
             self.status, self.message, self.fraction_of_copy_bandwidth = "ok", "", fraction
@@ -89,7 +89,7 @@ def run_rounds(evaluated: list, strategy="random", budget=Budget(evaluations=15)
         return Result(*fake_time(config)), False
 
     return search_rounds(strategy, [c.config for c in SPACE], lambda c: c, evaluate, budget, rounds=3,
-                         plan=lambda trials: plan_round(SPACE, trials, SMS), seed=1)
+                         plan=lambda trials: plan_round(SPACE, trials, SMS), seed=1, start=start)
 
 
 def test_search_rounds_follows_the_planner_within_the_budget():
@@ -108,3 +108,16 @@ def test_an_unlimited_budget_tries_everything_in_the_first_round_and_stops():
     evaluated = []
     outcome = run_rounds(evaluated, strategy="exhaustive", budget=Budget())
     assert len(evaluated) == len(SPACE) and len(outcome.rounds) == 1
+
+
+def test_start_configurations_are_measured_first_and_count_toward_the_best():
+    # The best of the space (256 threads, 16 CTAs a row) as an earlier table's pick, and one the
+    # space no longer has: the first is measured before the search and stays the best; the other
+    # is skipped, never measured.
+    best, gone = {"THREADS": 256, "CHUNKS": 16}, {"THREADS": 96, "CHUNKS": 1}
+    evaluated = []
+    outcome = run_rounds(evaluated, budget=Budget(evaluations=6), start=[best, gone])
+    assert evaluated[0] == best and gone not in evaluated
+    assert outcome.rounds[0].action == "start" and outcome.rounds[0].evaluated == 1
+    assert outcome.best_config == best and outcome.best_us == fake_time(best)[0]
+    assert len(outcome.trials) == 6  # the start round is counted against an evaluation budget
