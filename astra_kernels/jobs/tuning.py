@@ -226,14 +226,20 @@ def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape
     if table is None or not (table.general or any(e.source == "template" for e in table.entries)):
         return []
     template = folder.template
-    names = [p.name for p in template.parameters]
+    values = {p.name: p.values for p in template.parameters}
 
     def now(config: dict[str, int] | None) -> dict[str, int] | None:
-        return None if config is None else {n: config.get(n, template.default[n]) for n in names}
+        """None where a value is one the template no longer offers."""
+        if config is None:
+            return None
+        config = {n: config.get(n, template.default[n]) for n in values}
+        return config if all(v in values[n] for n, v in config.items()) else None
 
-    current = table.model_copy(update={
-        "general": now(table.general), "sources": {},
-        "entries": [e.model_copy(update={"config": now(e.config)}) for e in table.entries if e.source == "template"]})
+    entries = [e.model_copy(update={"config": now(e.config)}) for e in table.entries if e.source == "template"]
+    current = table.model_copy(update={"general": now(table.general), "sources": {},
+                                       "entries": [e for e in entries if e.config is not None]})
+    if not (current.general or current.entries):
+        return []
     try:
         pick = current.pick(shape, sms=sms, arch=arch)
     except AstraError:
@@ -477,8 +483,9 @@ def render_markdown(report: TuneReport) -> str:
     for s in report.shapes:
         for r in s.search.rounds:
             why = "; ".join(r.reasons) or "the whole pruned space"
-            lines.append(f"- {s.label} round {r.index + 1} ({r.action}, {r.pool} candidates, {r.evaluated} "
-                         f"evaluated, best {_fmt(r.best_us)} us): {why}")
+            head = "start (" if r.action == "start" else f"round {r.index + 1} ({r.action}, "
+            lines.append(f"- {s.label} {head}{r.pool} candidates, {r.evaluated} evaluated, "
+                         f"best {_fmt(r.best_us)} us): {why}")
     lines += ["", "## Why configurations were pruned", ""]
     for s in report.shapes:
         reasons = "; ".join(f"{r} ({n})" for r, n in s.pruned_reasons) or "none"

@@ -204,3 +204,29 @@ def test_inductor_compare_summarizes_a_recorded_ncu_run():
     assert len(tuned) == len(inductor) == 4
     assert all("| 512 | 512 | 52 |" in r and r.rstrip().endswith("| 448 | 512 |") for r in tuned)
     assert all("| 512 | 512 | 28 |" in r and r.rstrip().endswith("| 256 | 256 |") for r in inductor)
+
+
+def test_param_effect_gives_the_figures_performance_md_cites(tmp_path):
+    """bench/param_effect.py over the H100 search kept in docs: per shape the baseline, the best,
+    and the best with each value of a parameter beside how many were measured (entry 12's FLAT
+    figures at 2048x14336: 59.90 us with it, 62.17 without, the baseline 61.95)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "effect.json"
+    run = subprocess.run([sys.executable, str(root / "bench" / "param_effect.py"),
+                          str(root / "docs" / "bench" / "h100-2026-11-26-explore" / "silu_and_mul.sqlite.gz"),
+                          "FLAT", "STREAM", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "| 2048x14336 | 61.95 | 59.90 | 62.17 (6) | 59.90 (2) |" in run.stdout, run.stdout
+    found = {(e["shape"]["T"], e["shape"]["D"]): e for e in json.loads(out.read_text())}
+    entry = found[(2048, 14336)]
+    assert entry["best_us"] == min(best for best, _ in entry["values"]["FLAT"].values())
+    assert sum(n for _, n in entry["values"]["FLAT"].values()) == sum(n for _, n in entry["values"]["STREAM"].values())
+    empty = subprocess.run([sys.executable, str(root / "bench" / "param_effect.py"),
+                            str(root / "docs" / "bench" / "h100-2026-11-26-explore" / "silu_and_mul.sqlite.gz"),
+                            "FLAT", "--device", "H200"], capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 1 and "no measurement" in empty.stdout

@@ -215,6 +215,9 @@ def test_a_start_table_gives_its_pick_as_the_template_now_reads_it():
     assert tuning.start_configs(None, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90") == []
     only_baseline = _old_table([({"T": 16, "D": 4096}, {}, "baseline")])
     assert tuning.start_configs(only_baseline, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90") == []
+    # a value the template no longer offers: that pick is left out, not a crash
+    dropped = _old_table([({"T": 16, "D": 4096}, {**OLD_PICK, "THREADS": 96}, "template")])
+    assert tuning.start_configs(dropped, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90") == []
 
 
 def test_tune_measures_the_start_tables_pick_first_and_keeps_it_where_nothing_beats_it(tmp_path):
@@ -230,3 +233,20 @@ def test_tune_measures_the_start_tables_pick_first_and_keeps_it_where_nothing_be
     search = report.shapes[0].search
     assert search.rounds[0].action == "start" and search.trials[0].config == {**best, "FLAT": 0, "STREAM": 0}
     assert report.dispatch.entries[0].config == {**best, "FLAT": 0, "STREAM": 0}
+
+
+def test_the_report_names_the_start_round():
+    from astra_kernels.tools.search.runner import RoundSummary, SearchOutcome
+
+    report = tuning.TuneReport(kernel="silu_and_mul", dtype="bf16", variant="default", strategy="random",
+                               device="Scripted GPU", arch="sm_90", date="2026-11-26")
+    search = SearchOutcome(strategy="random", rounds=[
+        RoundSummary(index=-1, action="start", pool=1, evaluated=1, best_us=1.5,
+                     reasons=["given configurations, measured before the search"]),
+        RoundSummary(index=0, action="first", pool=40, evaluated=5, best_us=1.2)])
+    report.shapes = [tuning.ShapeResult(shape={"T": 16, "D": 4096}, label="16x4096", space_total=40,
+                                        space_after_constraints=40, space_after_compile=40, space_candidates=40, pruned_reasons=[],
+                                        baseline_us=2.0, baseline_status="ok", search=search)]
+    text = tuning.render_markdown(report)
+    assert "- 16x4096 start (1 candidates, 1 evaluated, best 1.50 us): given configurations" in text
+    assert "- 16x4096 round 1 (first, 40 candidates, 5 evaluated" in text

@@ -164,9 +164,10 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                   start: list[dict[str, int]] | None = None) -> SearchOutcome:
     """Searches in rounds, each over the candidates the planner picks from what was measured.
     `parallel`: proposals measured at once where the strategy allows (search's).
-    `start`: configurations measured first, in a round of their own (those among the candidates;
-    counted against an evaluation budget, not against the seconds): an earlier table's picks, so a
-    search of a changed space begins where the last one ended, and the planner's narrowing sees them.
+    `start`: configurations measured first, in a round of their own that the budget counts (those
+    among the candidates; the others are named in the round's reasons): an earlier table's picks, so
+    a search of a changed space begins where the last one ended, and the planner's narrowing sees
+    them. The first planned round leaves them out, so none is measured twice.
 
     The budget is split over `rounds` rounds, each getting an equal share of what is left, so
     an unused share carries forward; when the planned rounds are over and budget is left, the
@@ -174,15 +175,17 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
     new candidate, so this ends). An unlimited budget lets the first round try everything.
     """
     outcome = SearchOutcome(strategy=strategy)
-    if firsts := [c for c in (start or []) if c in candidates]:
-        found = search(make_strategy("exhaustive", firsts, seed), request_for, evaluate, Budget(),
-                       labels=labels, progress=progress, parallel=parallel)
-        outcome.trials += found.trials
-        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts),
-                                           evaluated=len(found.trials), best_us=found.best_us))
-        outcome.best_us, outcome.best_config = found.best_us, found.best_config
     started = time.perf_counter()
-    pool, action, reasons = list(candidates), "first", []
+    firsts = [c for c in (start or []) if c in candidates]
+    if start:
+        found = search(make_strategy("exhaustive", firsts, seed), request_for, evaluate, Budget(),
+                       labels=labels, progress=progress, parallel=parallel) if firsts else SearchOutcome(strategy="")
+        outcome.trials += found.trials
+        skipped = [f"not among the candidates here: {c}" for c in start if c not in candidates]
+        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=len(found.trials),
+                                           best_us=found.best_us, reasons=["given configurations, measured before the search", *skipped]))
+        outcome.best_us, outcome.best_config = found.best_us, found.best_config
+    pool, action, reasons = [c for c in candidates if c not in firsts], "first", []
     for index in itertools.count():
         if index:
             planned = plan(outcome.trials)

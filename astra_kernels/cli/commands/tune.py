@@ -41,10 +41,11 @@ def add_parser(sub) -> None:
                            "of every set (sets), or only at the tuned shapes (tuned, the default)")
     tune.add_argument("--sample", type=positive_int, help="search a seeded sample of this many configurations")
     tune.add_argument("--start", metavar="TABLE",
-                      help="measure first, at each shape, what this dispatch table runs there (`shipped`: the table "
-                           "shipped for this GPU; or a dispatch.json or astra tune output folder), parameters the "
-                           "template has gained since at their defaults: a re-tune after a template change keeps "
-                           "the last table's picks wherever the search finds nothing faster")
+                      help="measure first, at each shape, the configuration this dispatch table runs there "
+                           "(`shipped`: the table shipped for this GPU; or a dispatch.json or astra tune output "
+                           "folder); a parameter the template gained after the table was made is set to its "
+                           "default. A re-tune after a template change then keeps the table's picks wherever the "
+                           "search finds nothing faster; the start round counts against --budget and --seconds")
     tune.add_argument("--l2", choices=["cold", "warm"], default="cold",
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
                            "default) or warm (inputs resident, as in decode); the dispatch table records it")
@@ -187,9 +188,12 @@ def _tune_one(args, kernel: str, reports: list) -> int:
         if args.start == "shipped":
             from astra_kernels.jobs.benchmark import shipped_table
             start = shipped_table(spec.name, worker.device["name"])
-            if start is None and not args.json:
-                console.print(f"no table of {spec.name} is shipped for {worker.device['name']}: "
-                              "the search starts from nothing", highlight=False)
+            if start is not None and (start.dtype, start.variant) != (dtype, args.variant):
+                start = None
+            if not args.json:
+                console.print(f"starting from the {spec.name} table shipped for {worker.device['name']}" if start else
+                              f"no {spec.name} table in {dtype} ({args.variant}) is shipped for "
+                              f"{worker.device['name']}: the search starts from nothing", highlight=False)
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
 
             def progress(label, trial):
@@ -223,11 +227,13 @@ def _start_table(args, spec, dtype: str):
         table = load_table(Path(args.start))
     except AstraError as exc:  # no such file
         raise UsageError(f"--start: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--start {args.start}: {exc.strerror or exc}") from None
     except ValueError as exc:  # pydantic's: not a dispatch table
         raise UsageError(f"--start {args.start}: not a dispatch table ({str(exc).splitlines()[0]})") from None
-    if table.kernel != spec.name or table.dtype != dtype:
-        raise UsageError(f"--start {args.start} is a table of {table.kernel} in {table.dtype}, "
-                         f"not of {spec.name} in {dtype}")
+    if (table.kernel, table.dtype, table.variant) != (spec.name, dtype, args.variant):
+        raise UsageError(f"--start {args.start} is a table of {table.kernel} in {table.dtype} ({table.variant}), "
+                         f"not of {spec.name} in {dtype} ({args.variant})")
     return table
 
 

@@ -119,5 +119,10 @@ def test_start_configurations_are_measured_first_and_count_toward_the_best():
     outcome = run_rounds(evaluated, budget=Budget(evaluations=6), start=[best, gone])
     assert evaluated[0] == best and gone not in evaluated
     assert outcome.rounds[0].action == "start" and outcome.rounds[0].evaluated == 1
+    assert any("not among the candidates" in r and "96" in r for r in outcome.rounds[0].reasons)
     assert outcome.best_config == best and outcome.best_us == fake_time(best)[0]
-    assert len(outcome.trials) == 6  # the start round is counted against an evaluation budget
+    # the start round is counted against the budget, and nothing is measured twice
+    assert len(outcome.trials) == 6 and len({tuple(sorted(c.items())) for c in evaluated}) == 6
+    everything = []
+    run_rounds(everything, strategy="exhaustive", budget=Budget(), start=[best])
+    assert len(everything) == len(SPACE) and everything[0] == best
