@@ -223,7 +223,7 @@ def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape
     was tuned before it existed, so its picks ran as the default). Its baseline entries and sources
     of its own are left out, so where it runs the baseline this is its nearest template pick (a
     search has to start somewhere); nothing from a table with no template pick at all."""
-    if table is None or not (table.general or any(e.source == "template" for e in table.entries)):
+    if table is None:
         return []
     template = folder.template
     values = {p.name: p.values for p in template.parameters}

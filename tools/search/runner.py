@@ -179,11 +179,12 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
     firsts = [c for c in (start or []) if c in candidates]
     if start:
         found = search(make_strategy("exhaustive", firsts, seed), request_for, evaluate, Budget(),
-                       labels=labels, progress=progress, parallel=parallel) if firsts else SearchOutcome(strategy="")
+                       labels=labels, progress=progress, parallel=parallel)
         outcome.trials += found.trials
-        skipped = [f"not among the candidates here: {c}" for c in start if c not in candidates]
+        why = ["given configurations, measured before the search",
+               *(f"not among the candidates here: {c}" for c in start if c not in candidates)]
         outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=len(found.trials),
-                                           best_us=found.best_us, reasons=["given configurations, measured before the search", *skipped]))
+                                           best_us=found.best_us, reasons=why))
         outcome.best_us, outcome.best_config = found.best_us, found.best_config
     pool, action, reasons = [c for c in candidates if c not in firsts], "first", []
     for index in itertools.count():
