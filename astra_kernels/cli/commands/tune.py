@@ -68,6 +68,8 @@ def run(args) -> int:
 
     check_cluster_arguments(args)
     kernels = list(dict.fromkeys(args.kernel))
+    if args.start is not None and not args.start.strip():
+        raise UsageError("--start needs a table: shipped, a dispatch.json or an astra tune output folder")
     if args.start and args.ray is not None:
         raise UsageError("--start works without --ray only, for now: tune on one GPU to start from a table")
     if args.start and args.start != "shipped" and len(kernels) > 1:
