@@ -180,7 +180,8 @@ def main() -> int:
     parser.add_argument("--analyse", metavar="DIR",
                         help="no run: read the results stores of DIR/w1 and DIR/w2 (an earlier --out) and print "
                              "how busy the workers were, each evaluation's wall time at 2 workers against 1, and "
-                             "how often a worker drew a problem's inputs and reference again")
+                             "how often a worker drew a problem's inputs and reference again, and which phase of "
+                             "an evaluation (compile, check, time, floor) grew")
     args = parser.parse_args()
     if args.analyse:
         return analyse(Path(args.analyse))
@@ -283,6 +284,20 @@ def analyse(folder: Path) -> int:
     console.print(f"{len(both)} evaluations in both runs: wall time at 2 workers over 1, median "
                   f"{statistics.median(wall):.3f}, mean {statistics.mean(wall):.3f}; GPU time (graph-replay "
                   f"median) ratio, median {statistics.median(gpu):.3f}", highlight=False)
+    phased = [k for k in both if one[k]["result"].get("phase_seconds") and two[k]["result"].get("phase_seconds")]
+    if phased:  # stores from before phases were kept have none
+        total = sum(one[k]["result"]["wall_seconds"] for k in phased)
+        parts = []
+        for phase in ("compile", "check", "time", "floor", "rest"):
+            def seconds(row: dict) -> float:
+                split = row["result"]["phase_seconds"]
+                return (row["result"]["wall_seconds"] - sum(split.values())) if phase == "rest" else split.get(phase, 0.0)
+            spent = [(seconds(one[k]), seconds(two[k])) for k in phased]
+            share = sum(a for a, _ in spent) / total
+            ratio = sum(b for _, b in spent) / max(sum(a for a, _ in spent), 1e-9)
+            parts.append(f"{phase} {share:.0%} of 1 worker's, x{ratio:.3f} at 2")
+        console.print(f"{len(phased)} of them by phase (summed over the evaluations): " + "; ".join(parts),
+                      highlight=False)
     return 0
 
 

@@ -34,6 +34,12 @@ from .runtime import ray_module
 # worker kills a hung kernel itself, so an actor silent this long is itself stuck, and is replaced.
 ANSWER_GRACE_S = 120.0
 LOST_RETRIES = 2  # an evaluation whose worker was lost is asked again this many times
+# A GPU worker's host share: its child process uploads inputs, checks outputs against the float64
+# reference and launches, all on a CPU. Ray counts it against the node's CPUs, so the compile tasks
+# (tools/cluster/compiling.py, one CPU each) never take every core while the GPUs measure; on the
+# two-H100 run of 2026-11-25 they did, and an evaluation's wall time grew 15% with a second worker
+# while its GPU time did not move. A replay worker only sleeps: it holds none.
+CPUS_PER_GPU_WORKER = 1
 
 
 @dataclass
@@ -75,7 +81,8 @@ class WorkerPool:
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
         self._actor_class = self._ray.remote(EvaluationHost).options(
-            num_gpus=gpus_per_worker, num_cpus=0, max_restarts=0, max_concurrency=2)
+            num_gpus=gpus_per_worker, num_cpus=0 if recordings else CPUS_PER_GPU_WORKER, max_restarts=0,
+            max_concurrency=2)
         self._arguments = dict(recordings=recordings, pace=pace, timeout_s=timeout_s, environment=environment)
         self._devices = list(devices or [None])
         self._lock = threading.Condition()
@@ -93,7 +100,8 @@ class WorkerPool:
                     self._ray.kill(handle)
                 except Exception:
                     pass
-            why = (f"not all placed within {start_timeout_s:.0f} s (too few free GPUs?)"
+            why = (f"not all placed within {start_timeout_s:.0f} s (too few free GPUs, or free CPUs: each takes "
+                   f"one GPU and {CPUS_PER_GPU_WORKER} CPU)"
                    if isinstance(exc, self._ray.exceptions.GetTimeoutError) else _first_line(getattr(exc, "cause", None) or exc))
             raise WorkerError(f"the cluster's {count} evaluation worker(s) did not start: {why}") from None
         for handle, device in zip(handles, devices):

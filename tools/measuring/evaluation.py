@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -106,6 +108,10 @@ class EvaluationResult(BaseModel):
     mix_floor_us: float | None = None
     fraction_of_mix_bandwidth: float | None = None
     wall_seconds: float = 0.0
+    # Where the wall time went, by phase (compile, check, time, floor: the floor's probes are
+    # measured once per device and cached): a host cost that grows when several workers share a
+    # machine shows up here, not in the GPU's times. Empty in recordings from before it was kept.
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
     fatal: bool = False  # the worker's CUDA context can no longer be trusted
     # Where it was measured: the machine (a cluster's node) and its GPU there, as that node numbers
     # them; empty in recordings from before clusters. A time is only compared within one `device`.
@@ -284,6 +290,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
     of exact size.
     """
     started = time.perf_counter()
+    phases = _PhaseClock()
     result = EvaluationResult(
         status="ok", label=request.label, kernel=request.kernel, device=device.properties.name,
         arch=device.properties.arch, bytes_moved=request.problem.bytes_moved,
@@ -297,7 +304,8 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
             if not pdl.supported(options.arch):
                 raise LaunchArgumentError(f"programmatic dependent launch needs sm_90 or newer, not {options.arch}")
             source = pdl.dependent_source(source, request.kernel)
-        module = compile_source(source, options, timeout_s=compile_timeout_s)
+        with phases("compile"):
+            module = compile_source(source, options, timeout_s=compile_timeout_s)
         result.compile_seconds = module.compile_seconds
         result.compile_cached = module.cached
         result.kernel_info = module.kernel(request.kernel)
@@ -310,19 +318,22 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         )
         checked = None
         if request.check:
-            result.checks, checked = _check(device, kernel, request, guard_bytes)
+            with phases("check"):
+                result.checks, checked = _check(device, kernel, request, guard_bytes)
             if not result.correct:
                 failed = [c for c in result.checks if not c.passed]
                 result.status = "incorrect"
                 result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
                 return result
         if request.time:
-            result.timing, result.stream_timing, timed = _time(device, kernel, request, checked)
+            with phases("time"):
+                result.timing, result.stream_timing, timed = _time(device, kernel, request, checked)
             if timed is not None:
                 result.checks.append(timed)
                 if not timed.passed:  # the times stay, as evidence: they timed a kernel doing nothing
                     result.status, result.message = "incorrect", f"{timed.name}: {timed.detail}"
             problem = request.problem
+            phases.start("floor")
             bandwidth = copy_bandwidth(device)
             result.copy_bandwidth_gbs = bandwidth / 1e9
             if problem.bytes_moved:  # the empty kernel's launch floor moves nothing: no mix to stream
@@ -352,5 +363,34 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         result.status, result.fatal = "crashed", True
         result.message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
     finally:
+        phases.stop()
+        result.phase_seconds = phases.seconds
         result.wall_seconds = time.perf_counter() - started
     return result
+
+
+class _PhaseClock:
+    """Seconds per named phase of one evaluation: `with clock("check"):` times a block;
+    `start(name)` times from now to the next start or stop (the rest of the evaluation)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._open: tuple[str, float] | None = None
+
+    def start(self, name: str) -> None:
+        self.stop()
+        self._open = (name, time.perf_counter())
+
+    def stop(self) -> None:
+        if self._open is not None:
+            name, since = self._open
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - since, 6)
+            self._open = None
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.start(name)
+        try:
+            yield
+        finally:
+            self.stop()

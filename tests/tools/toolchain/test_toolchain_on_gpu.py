@@ -40,6 +40,10 @@ def test_correct_kernel_passes_every_check_and_is_timed(worker):
     assert result.occupancy_blocks_per_sm >= 1
     assert 0 < result.fraction_of_copy_bandwidth < 1.2
     assert result.kernel_info.resources.registers > 0
+    # where the wall time went: each phase timed, none longer than the whole
+    assert set(result.phase_seconds) == {"compile", "check", "time", "floor"}
+    assert all(s > 0 for s in result.phase_seconds.values())
+    assert sum(result.phase_seconds.values()) <= result.wall_seconds
 
 
 @pytest.mark.parametrize("variant,needle", [
