@@ -3,7 +3,7 @@ the wall time of each against the one-worker run, the tables compared shape by s
 which one worker is killed mid-way.
 
     python bench/multi_gpu.py [--kernels silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states]
-        [--set astra] [--budget 16] [--workers 1,2] [--kill-after 40] [--out out/multi_gpu]
+        [--set astra] [--budget 16] [--workers 1,2] [--sample N] [--kill-after 40] [--out out/multi_gpu]
         [--json docs/bench/.../multi_gpu.json] [--replay recorded --pace 1]
     python bench/multi_gpu.py --analyse DIR     (DIR: an earlier run's --out, e.g. run C's stores unpacked)
 
@@ -79,6 +79,8 @@ def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict
     command = [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", *args.kernels.split(","),
                "--set", args.set, "--strategy", "random", "--budget", str(args.budget), "--seed", "0",
                "--ray", "--workers", str(workers), "--out", str(out), "--json"]
+    if args.sample:
+        command += ["--sample", str(args.sample)]
     if args.replay:
         command += ["--replay", args.replay, "--pace", str(args.pace)]
     killed: dict = {}
@@ -171,6 +173,9 @@ def main() -> int:
     parser.add_argument("--set", default="astra")
     parser.add_argument("--budget", type=int, default=16, help="evaluations per shape")
     parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--sample", type=int,
+                        help="each shape's search over a seeded sample of this many configurations of the whole "
+                             "space (astra tune --sample): a few hundred compiles a kernel instead of thousands")
     parser.add_argument("--kill-after", type=float)
     parser.add_argument("--only-kill", action="store_true", help="only the run with a worker killed")
     parser.add_argument("--replay")
@@ -206,7 +211,7 @@ def main() -> int:
     if figures["runs"]:
         one = figures["runs"][0]
         table = Table(title=f"astra tune --ray, {args.kernels} at {args.set}, {args.budget} seeded random "
-                            "configurations per shape")
+                            "configurations per shape" + (f" of a sample of {args.sample}" if args.sample else ""))
         for column in ("workers", "wall s", "speedup", "efficiency", "exit", "shapes within spread of 1 worker's",
                        "same pick"):
             table.add_column(column)

@@ -9,12 +9,8 @@ that `say` writes to) is there on every thread.
 from __future__ import annotations
 
 import contextvars
-import heapq
-import itertools
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 
 def map_in_threads(function: Callable, items: Iterable, parallel: int) -> list:
@@ -36,40 +32,3 @@ def map_in_threads(function: Callable, items: Iterable, parallel: int) -> list:
         raise
     threads.shutdown(wait=True)
     return results
-
-
-class SmallestFirst:
-    """One holder at a time; of the threads waiting, the one with the least work goes next.
-
-    For work that fills every core by itself (a space's compiles on a cluster's CPUs): run side by
-    side, several jobs all finish near the end of their sum; one after another, each is done after
-    its own share, and the smallest first are done soonest, so what waits on them starts earliest.
-    """
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._held = False
-        self._waiting: list[tuple[int, int]] = []  # (size, arrival) heap: ties go in arrival order
-        self._arrivals = itertools.count()
-
-    @contextmanager
-    def __call__(self, size: int) -> Iterator[None]:
-        ticket = (size, next(self._arrivals))
-        with self._changed:
-            heapq.heappush(self._waiting, ticket)
-            try:
-                while self._held or self._waiting[0] != ticket:
-                    self._changed.wait()
-            except BaseException:  # interrupted while waiting: leave the queue to the others
-                self._waiting.remove(ticket)
-                heapq.heapify(self._waiting)
-                self._changed.notify_all()
-                raise
-            heapq.heappop(self._waiting)
-            self._held = True
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._held = False
-                self._changed.notify_all()

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.concurrency import SmallestFirst
 from astra_kernels.tools.errors import CompileError
 
 from .compile_cache import CompileCache
@@ -122,65 +121,57 @@ def compile_many(
     if progress is not None and outcomes:
         progress(len(outcomes), len(resolved))
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
-    with _COMPILING(len(misses)) if misses else contextlib.nullcontext():
-        if _EXECUTOR is not None and misses:
-            # A cluster's CPUs (tools/cluster/compiling.py): each compile a task on any node's cores,
-            # its outcome sent back here, and each module kept in this host's cache (compile errors are
-            # not: they are compiled again next time).
-            jobs = {_EXECUTOR.submit(_compile_one, i, *resolved[i], None, timeout_s=timeout_s): i for i in misses}
-            try:
-                for job in futures.as_completed(jobs):
-                    finished(jobs[job], job.result())
-            except BaseException:
-                for job in jobs:
-                    job.cancel()
-                raise
-            if store is not None:
-                for i in misses:
-                    if outcomes[i].module is not None:
-                        to_cache(store, key_and_flags(*resolved[i], "kernel.cu")[0], outcomes[i].module)
-        elif workers == 1 or len(misses) <= 2:
+    if _EXECUTOR is not None and misses:
+        # A cluster's CPUs (tools/cluster/compiling.py): each compile a task on any node's cores,
+        # its outcome sent back here, and each module kept in this host's cache (compile errors are
+        # not: they are compiled again next time).
+        jobs = {_EXECUTOR.submit(_compile_one, i, *resolved[i], None, timeout_s=timeout_s): i for i in misses}
+        try:
+            for job in futures.as_completed(jobs):
+                finished(jobs[job], job.result())
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            raise
+        if store is not None:
             for i in misses:
-                finished(i, _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s))
-        else:
-            # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
-            context = multiprocessing.get_context("spawn")
-            pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                               initializer=_pool_worker_started, initargs=(os.getpid(),))
-            _LIVE_POOLS[pool] = False
-            try:
-                # The workers start during submit; started here, they never take Ctrl-C themselves.
-                with interrupts_blocked(multiprocessing=True):
-                    jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir, timeout_s=timeout_s)
-                            for i in misses}
-                index_of = {job: i for i, job in jobs.items()}
-                for job in futures.as_completed(index_of):
-                    finished(index_of[job], job.result())
-                pool.shutdown(wait=True)
-            except BaseException as exc:
-                _stop_pool(pool)
-                saved = f"every finished compile, in the compile cache {cache_dir}" if cache_dir else None
-                if _LIVE_POOLS.get(pool) and isinstance(exc, futures.BrokenExecutor):
-                    # stop_compiles killed the workers (Ctrl-C, with this compile in another thread):
-                    # an interrupt here too, not a broken pool that a caller might report as a failure.
-                    interrupt = KeyboardInterrupt()
-                    if saved:
-                        interrupt.add_note(saved)
-                    raise interrupt from None
-                if isinstance(exc, KeyboardInterrupt) and saved:
-                    exc.add_note(saved)
-                raise
-            finally:
-                _LIVE_POOLS.pop(pool, None)
+                if outcomes[i].module is not None:
+                    to_cache(store, key_and_flags(*resolved[i], "kernel.cu")[0], outcomes[i].module)
+    elif workers == 1 or len(misses) <= 2:
+        for i in misses:
+            finished(i, _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s))
+    else:
+        # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
+        context = multiprocessing.get_context("spawn")
+        pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                           initializer=_pool_worker_started, initargs=(os.getpid(),))
+        _LIVE_POOLS[pool] = False
+        try:
+            # The workers start during submit; started here, they never take Ctrl-C themselves.
+            with interrupts_blocked(multiprocessing=True):
+                jobs = {i: pool.submit(_compile_one, i, *resolved[i], cache_dir, timeout_s=timeout_s)
+                        for i in misses}
+            index_of = {job: i for i, job in jobs.items()}
+            for job in futures.as_completed(index_of):
+                finished(index_of[job], job.result())
+            pool.shutdown(wait=True)
+        except BaseException as exc:
+            _stop_pool(pool)
+            saved = f"every finished compile, in the compile cache {cache_dir}" if cache_dir else None
+            if _LIVE_POOLS.get(pool) and isinstance(exc, futures.BrokenExecutor):
+                # stop_compiles killed the workers (Ctrl-C, with this compile in another thread):
+                # an interrupt here too, not a broken pool that a caller might report as a failure.
+                interrupt = KeyboardInterrupt()
+                if saved:
+                    interrupt.add_note(saved)
+                raise interrupt from None
+            if isinstance(exc, KeyboardInterrupt) and saved:
+                exc.add_note(saved)
+            raise
+        finally:
+            _LIVE_POOLS.pop(pool, None)
     return [outcomes[i] for i in range(len(resolved))]
 
-
-# The compiles of one compile_many call at a time, in any thread, the call with the fewest first:
-# each call's misses fill every core (this host's pool or a cluster's CPUs) by themselves, so side
-# by side the spaces of four kernels were all ready only after ~25-34 s of 2026-11-26's two-H200
-# run while the GPUs had measured every baseline; one after another, the first space's search
-# starts after its own compiles.
-_COMPILING = SmallestFirst()
 
 # Where compile_many sends the compiles the cache cannot answer, instead of a pool of this host's
 # processes: an executor whose submit() returns a concurrent.futures.Future (compiling_with).
