@@ -35,10 +35,10 @@ from .runtime import ray_module
 ANSWER_GRACE_S = 120.0
 LOST_RETRIES = 2  # an evaluation whose worker was lost is asked again this many times
 # A GPU worker's host share: its child process uploads inputs, checks outputs against the float64
-# reference and launches, all on a CPU. Ray counts it against the node's CPUs, so the compile tasks
-# (tools/cluster/compiling.py, one CPU each) never take every core while the GPUs measure; on the
-# two-H100 run of 2026-11-25 they did, and an evaluation's wall time grew 15% with a second worker
-# while its GPU time did not move. A replay worker only sleeps: it holds none.
+# reference and launches, all on a CPU (the checks were half of an evaluation's wall time on two
+# H200s, 2026-11-26: docs/scaling.md). Ray counts it against the node's CPUs, so the compile tasks
+# (tools/cluster/compiling.py, one CPU each) never take every core while the GPUs measure. A replay
+# worker only sleeps: it holds none.
 CPUS_PER_GPU_WORKER = 1
 
 
