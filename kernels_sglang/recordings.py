@@ -9,6 +9,7 @@ of a path. Every number read from them was measured on the GPU their folder name
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -29,13 +30,21 @@ def _root() -> Path:
     return Path(str(resources.files(__package__).joinpath(PREFIX)))
 
 
+def _age(session: Path) -> tuple[str, str]:
+    """A session folder's sort key: its date (the name's "-YYYY-MM-DD" end), then its name, so an
+    h100 recording of a later day is newer than an h200 one of an earlier day (by name alone,
+    every "h100-..." sorted before every "h200-...")."""
+    dated = re.search(r"(\d{4}-\d{2}-\d{2})$", session.name)
+    return (dated.group(1) if dated else "", session.name)
+
+
 def shipped() -> list[Recording]:
-    """Every shipped recording, oldest session first."""
+    """Every shipped recording, oldest session first (by the date its folder names)."""
     root = _root()
     if not root.is_dir():
         return []
     return [Recording(store.name.removesuffix(".sqlite.gz"), session.name, store)
-            for session in sorted(root.iterdir()) if session.is_dir()
+            for session in sorted((s for s in root.iterdir() if s.is_dir()), key=_age)
             for store in sorted(session.glob("*.sqlite.gz"))]
 
 

@@ -114,6 +114,20 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     assert cli.main(["tune", "merge_attn_states", "--replay", "recorded:h200-2026-11-23", "--out", str(tmp_path)]) == 2
 
 
+def test_the_newest_recording_is_the_latest_date_whatever_the_gpu(tmp_path, monkeypatch):
+    """`--replay recorded` takes the latest day's recording: an h100 one of a later day is newer
+    than an h200 one of an earlier day, though "h100-..." sorts first by name."""
+    from astra_kernels.kernels_sglang import recordings
+
+    for session in ("h200-2026-11-26", "h100-2026-11-27", "h200-2026-11-23", "h100-2026-11-20"):
+        (tmp_path / session).mkdir()
+        (tmp_path / session / "rmsnorm.sqlite.gz").write_bytes(b"")
+    monkeypatch.setattr(recordings, "_root", lambda: tmp_path)
+    assert [r.session for r in recordings.shipped()] == [
+        "h100-2026-11-20", "h200-2026-11-23", "h200-2026-11-26", "h100-2026-11-27"]
+    assert recordings.find("rmsnorm").session == "h100-2026-11-27"
+
+
 def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
     _record(tmp_path / "gpu.sqlite", evaluations=1)
     with open(tmp_path / "gpu.sqlite", "rb") as source, gzip.open(tmp_path / "gpu.sqlite.gz", "wb") as target:
