@@ -10,9 +10,10 @@ which one worker is killed mid-way.
 Each run is the command a user types, `astra tune K1 K2 ... --set S --strategy random --budget N
 --seed 0 --ray --workers W`, in its own output folder, results store and compile cache (nothing is
 reused between runs: each compiles and measures from nothing), timed from start to exit. A seeded
-random search proposes without looking at what it measured, so every run measures the same
-configurations at every shape, and their tables can differ only where two configurations are within
-the timing spread of each other.
+random search's first round proposes the same configurations in every run; its later rounds narrow
+around the best so far, so where two configurations are within the timing spread of each other the
+runs can go on to measure different ones (2026-11-26, run E: 8 of silu_and_mul 16x12288's 12 trials
+the same), and their tables can differ there.
 
 Tables are compared per shape: the best configuration's median in the W-worker run against the
 one-worker run's, and whether it is the same configuration; "within spread" means the two medians
@@ -167,13 +168,20 @@ def compare(one: dict, other: dict) -> dict:
     return {"shapes": len(one), "within_spread": within, "same_config": same, "rows": rows}
 
 
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a whole number of 1 or more")
+    return value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", default="silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states")
     parser.add_argument("--set", default="astra")
     parser.add_argument("--budget", type=int, default=16, help="evaluations per shape")
     parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--sample", type=int,
+    parser.add_argument("--sample", type=positive,
                         help="each shape's search over a seeded sample of this many configurations of the whole "
                              "space (astra tune --sample): a few hundred compiles a kernel instead of thousands")
     parser.add_argument("--kill-after", type=float)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.kernels_sglang.tuned_tables import device_key
+from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.tools.cluster.compiling import RayCompileExecutor
 from astra_kernels.tools.cluster.pool import WorkerPool
 from astra_kernels.tools.concurrency import map_in_threads
@@ -37,11 +38,13 @@ class KernelJob:
 
 
 def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, ResultsStore], *,
-                    compile_on_cluster: bool = True, **options) -> dict[tuple[str, str], tuning.TuneReport]:
+                    compile_on_cluster: bool = True, starts: dict[tuple[str, str], DispatchTable] | None = None,
+                    **options) -> dict[tuple[str, str], tuning.TuneReport]:
     """Tune every job on every GPU kind of `pool`; reports by (GPU kind, kernel). `stores`: each
-    kernel's results store (by name); `options`: tuning.tune's (strategy, budget, rounds, seed,
-    sample, max_spill_bytes, l2). With `compile_on_cluster`, compiles are tasks on the cluster's
-    CPUs (else this host's cores)."""
+    kernel's results store (by name); `starts`: by (GPU kind, kernel), the table whose picks that
+    kind's search measures first (tuning.tune's `start`: the table shipped for that kind, say);
+    `options`: tuning.tune's (strategy, budget, rounds, seed, sample, max_spill_bytes, l2). With
+    `compile_on_cluster`, compiles are tasks on the cluster's CPUs (else this host's cores)."""
     work = [(kind, job) for kind in pool.kinds for job in jobs]
 
     def run(item) -> tuple[tuple[str, str], tuning.TuneReport]:
@@ -49,7 +52,8 @@ def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, R
         view = pool.view(kind, job.recording)  # the workers hold every kernel's recording; its report names its own
         evaluator = StoredEvaluator(view, stores[job.folder.spec.name], run_id=f"tune-{job.folder.spec.name}")
         report = tuning.tune(job.folder, view, evaluator, shapes=job.shapes, dtype=job.dtype, variant=job.variant,
-                             verify=list(job.verify), parallel=max(len(job.shapes), len(job.verify), 1), **options)
+                             verify=list(job.verify), parallel=max(len(job.shapes), len(job.verify), 1),
+                             start=(starts or {}).get((kind, job.folder.spec.name)), **options)
         return (kind, job.folder.spec.name), report
 
     def run_all() -> dict[tuple[str, str], tuning.TuneReport]:

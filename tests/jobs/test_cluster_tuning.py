@@ -119,6 +119,18 @@ def test_astra_tune_ray_writes_each_kernel_and_shows_the_workers(cluster, tmp_pa
     assert len(table) == 3 and all(line.count("|") == 7 for line in table), out[-3000:]  # three workers, whole rows
 
 
+def test_astra_tune_ray_starts_each_gpu_kind_from_the_table_shipped_for_it(cluster, tmp_path, capsys):
+    from astra_kernels.jobs.benchmark import shipped_table
+
+    code = cli.main(["tune", "rmsnorm", "--ray", "--replay", "recorded", "--shapes", "128x4096", "--budget", "3",
+                     "--start", "shipped", "--out", str(tmp_path), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out[-2000:]
+    search = json.loads(out)["shapes"][0]["search"]
+    pick = next(e.config for e in shipped_table("rmsnorm", "NVIDIA H200").entries if e.shape == {"T": 128, "H": 4096})
+    assert search["rounds"][0]["action"] == "start" and search["trials"][0]["config"] == pick
+
+
 class OtherGpu(ScriptedWorker):
     """A second GPU kind, which prefers narrow vectors where the scripted one prefers wide."""
 

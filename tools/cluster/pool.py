@@ -9,7 +9,7 @@ caller holds a `KindView`, whose device is that kind's and whose evaluations go 
 Faults. A kernel that faults or hangs is the actor's EvaluationWorker's to survive (its child
 dies, the result says crashed or timeout, as it does locally). An actor that dies itself (its
 process killed, its node gone) is found when its answer fails: a replacement actor is started in
-the background wherever a GPU is free, and the evaluation it held is asked again of another worker
+the background wherever a GPU (and a CPU: CPUS_PER_GPU_WORKER) is free, and the evaluation it held is asked again of another worker
 (KindView, LOST_RETRIES times) before it comes back as status "lost" (no verdict on the candidate,
 so no results store keeps it and a re-run measures it). One
 that cannot be placed within `start_timeout_s` (a node lost with its GPUs) is given up; when a
@@ -37,8 +37,9 @@ LOST_RETRIES = 2  # an evaluation whose worker was lost is asked again this many
 # A GPU worker's host share: its child process uploads inputs, checks outputs against the float64
 # reference and launches, all on a CPU (the checks were half of an evaluation's wall time on two
 # H200s, 2026-11-26: docs/scaling.md). Ray counts it against the node's CPUs, so the compile tasks
-# (tools/cluster/compiling.py, one CPU each) never take every core while the GPUs measure. A replay
-# worker only sleeps: it holds none.
+# (tools/cluster/compiling.py, one CPU each) leave a core per GPU worker; what that changes was not
+# measured apart from the rest. A node needs a CPU per GPU for all its GPUs to get a worker. A
+# replay worker only sleeps: it holds none.
 CPUS_PER_GPU_WORKER = 1
 
 
@@ -100,8 +101,9 @@ class WorkerPool:
                     self._ray.kill(handle)
                 except Exception:
                     pass
-            why = (f"not all placed within {start_timeout_s:.0f} s (too few free GPUs, or free CPUs: each takes "
-                   f"one GPU and {CPUS_PER_GPU_WORKER} CPU)"
+            needs = (f"{gpus_per_worker:g} GPU" if recordings else
+                     f"{gpus_per_worker:g} GPU and {CPUS_PER_GPU_WORKER} CPU of one node")
+            why = (f"not all placed within {start_timeout_s:.0f} s (each worker takes {needs}: too few free?)"
                    if isinstance(exc, self._ray.exceptions.GetTimeoutError) else _first_line(getattr(exc, "cause", None) or exc))
             raise WorkerError(f"the cluster's {count} evaluation worker(s) did not start: {why}") from None
         for handle, device in zip(handles, devices):
@@ -189,7 +191,7 @@ class WorkerPool:
                 host=slot.device.get("host", ""), gpu=str(slot.device.get("gpu", "")),
                 wall_seconds=time.perf_counter() - started,
                 message=f"the worker on {slot.where} was lost while measuring this ({why}); not stored, so a "
-                        "re-run measures it again; a replacement is started where a GPU is free")
+                        "re-run measures it again; a replacement is started where a GPU and a CPU are free")
         self._release(slot)
         return result
 

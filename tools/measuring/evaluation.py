@@ -333,17 +333,17 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
                 if not timed.passed:  # the times stay, as evidence: they timed a kernel doing nothing
                     result.status, result.message = "incorrect", f"{timed.name}: {timed.detail}"
             problem = request.problem
-            phases.start("floor")
-            bandwidth = copy_bandwidth(device)
-            result.copy_bandwidth_gbs = bandwidth / 1e9
-            if problem.bytes_moved:  # the empty kernel's launch floor moves nothing: no mix to stream
-                result.floor_us = problem.bytes_moved / bandwidth * 1e6
-                result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
-                result.mix = mix_ratio(problem.read_bytes, problem.write_bytes)
-                mixed = mix_bandwidth(device, *result.mix)
-                result.mix_bandwidth_gbs = mixed / 1e9
-                result.mix_floor_us = problem.bytes_moved / mixed * 1e6
-                result.fraction_of_mix_bandwidth = result.mix_floor_us / result.timing.median_us
+            with phases("floor"):
+                bandwidth = copy_bandwidth(device)
+                result.copy_bandwidth_gbs = bandwidth / 1e9
+                if problem.bytes_moved:  # the empty kernel's launch floor moves nothing: no mix to stream
+                    result.floor_us = problem.bytes_moved / bandwidth * 1e6
+                    result.fraction_of_copy_bandwidth = result.floor_us / result.timing.median_us
+                    result.mix = mix_ratio(problem.read_bytes, problem.write_bytes)
+                    mixed = mix_bandwidth(device, *result.mix)
+                    result.mix_bandwidth_gbs = mixed / 1e9
+                    result.mix_floor_us = problem.bytes_moved / mixed * 1e6
+                    result.fraction_of_mix_bandwidth = result.mix_floor_us / result.timing.median_us
     except CompileTimeoutError as exc:
         result.status, result.message = "compile_timeout", str(exc)
     except CompileError as exc:
@@ -363,34 +363,22 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         result.status, result.fatal = "crashed", True
         result.message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
     finally:
-        phases.stop()
         result.phase_seconds = phases.seconds
         result.wall_seconds = time.perf_counter() - started
     return result
 
 
 class _PhaseClock:
-    """Seconds per named phase of one evaluation: `with clock("check"):` times a block;
-    `start(name)` times from now to the next start or stop (the rest of the evaluation)."""
+    """Seconds per named phase of one evaluation: `with clock("check"):` times a block (a phase
+    that raises is still counted, up to where it raised)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._open: tuple[str, float] | None = None
-
-    def start(self, name: str) -> None:
-        self.stop()
-        self._open = (name, time.perf_counter())
-
-    def stop(self) -> None:
-        if self._open is not None:
-            name, since = self._open
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - since, 6)
-            self._open = None
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        self.start(name)
+        since = time.perf_counter()
         try:
             yield
         finally:
-            self.stop()
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - since, 6)

@@ -70,8 +70,6 @@ def run(args) -> int:
     kernels = list(dict.fromkeys(args.kernel))
     if args.start is not None and not args.start.strip():
         raise UsageError("--start needs a table: shipped, a dispatch.json or an astra tune output folder")
-    if args.start and args.ray is not None:
-        raise UsageError("--start works without --ray only, for now: tune on one GPU to start from a table")
     if args.start and args.start != "shipped" and len(kernels) > 1:
         raise UsageError("--start TABLE is one kernel's table: give one kernel, or --start shipped")
     if len(kernels) > 1 and args.store and args.replay and args.ray is None:
@@ -120,6 +118,7 @@ def _tune_on_cluster(args) -> int:
     if seconds is None and args.budget is None:
         seconds = TUNE_SECONDS / max(len(j.shapes) for j in jobs)  # the shapes run at once, not in turn
     budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
+    given = _start_table(args, jobs[0].folder.spec, jobs[0].dtype)  # --start TABLE: one kernel (run() checked)
     paths = {j.folder.spec.name: Path(args.store or output_folder(args, j.folder.spec.name) / "results.sqlite")
              for j in jobs}
     with contextlib.ExitStack() as stack:
@@ -129,9 +128,11 @@ def _tune_on_cluster(args) -> int:
                                                   + ", ".join(str(p) for p in paths.values())))
         pool = stack.enter_context(cluster_pool(args, recordings, f"tuning {', '.join(stores)}"))
         kinds = pool.kinds
+        starts = {(kind, job.folder.spec.name): table for kind in kinds for job in jobs
+                  if (table := given or _shipped_start(args, job.folder.spec, job.dtype, kind)) is not None}
         reports = cluster_tuning.tune_on_cluster(
             pool, jobs, stores, strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
-            sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2)
+            sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2, starts=starts)
     code, printed = 0, []
     for (kind, name), report in reports.items():
         job = next(j for j in jobs if j.folder.spec.name == name)
@@ -187,15 +188,7 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     with _saved_if_interrupted(f"every evaluation so far, in the results store {store_path}"), \
             worker_context as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
-        if args.start == "shipped":
-            from astra_kernels.jobs.benchmark import shipped_table
-            start = shipped_table(spec.name, worker.device["name"])
-            if start is not None and (start.dtype, start.variant) != (dtype, args.variant):
-                start = None
-            if not args.json:
-                console.print(f"starting from the {spec.name} table shipped for {worker.device['name']}" if start else
-                              f"no {spec.name} table in {dtype} ({args.variant}) is shipped for "
-                              f"{worker.device['name']}: the search starts from nothing", highlight=False)
+        start = start or _shipped_start(args, spec, dtype, worker.device["name"])
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
 
             def progress(label, trial):
@@ -215,6 +208,23 @@ def _tune_one(args, kernel: str, reports: list) -> int:
                                  progress=progress, compiling=compiling, l2=args.l2, start=start)
     reports.append(report)
     return finish(args, folder, report, out, store_path)
+
+
+def _shipped_start(args, spec, dtype: str, device: str):
+    """With --start shipped, the table shipped for `device` (a GPU kind's name) when it is of this
+    dtype and variant, saying which; None otherwise."""
+    if args.start != "shipped":
+        return None
+    from astra_kernels.jobs.benchmark import shipped_table
+
+    table = shipped_table(spec.name, device)
+    if table is not None and (table.dtype, table.variant) != (dtype, args.variant):
+        table = None
+    if not args.json:  # --json: stdout holds the JSON alone
+        console.print(f"starting from the {spec.name} table shipped for {device}" if table else
+                      f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search "
+                      "starts from nothing", highlight=False)
+    return table
 
 
 def _start_table(args, spec, dtype: str):
