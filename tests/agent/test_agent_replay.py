@@ -41,6 +41,15 @@ def test_optimize_replays_the_recording_end_to_end(tmp_path):
         assert row["best_us"] <= row["baseline_us"]
 
 
+def test_optimize_json_is_the_report_alone_on_stdout(tmp_path, capsys):
+    code = cli.main(["optimize", "rmsnorm", "--replay", str(RECORDING), "--shapes", "128x4096",
+                     "--tune-seconds", "3", "--out", str(tmp_path / "out"), "--json"])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # the whole of stdout is the JSON: the agent's lines went to stderr
+    assert code == 0 and report["shapes"][0]["shape"] == "128x4096"
+    assert "thread " in captured.err and "planner" in captured.err
+
+
 def test_optimize_replay_of_a_missing_store_says_so(tmp_path, capsys):
     assert cli.main(["optimize", "rmsnorm", "--replay", str(tmp_path / "none.sqlite"), "--out", str(tmp_path)]) == 2
     assert "no results store at" in capsys.readouterr().out

@@ -12,7 +12,7 @@ from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
-from astra_kernels.cli.output import console, progress_bar
+from astra_kernels.cli.output import console, progress_bar, side_console
 
 
 def add_parser(sub) -> None:
@@ -126,7 +126,8 @@ def run(args) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    console.print(f"thread {thread}", highlight=False)
+    say = side_console if args.json else console  # --json: stdout holds the report's JSON alone
+    say.print(f"thread {thread}", highlight=False)
 
     def show(event: dict) -> None:
         if "progress" in event:  # long work of known size (the tune step's compiles): a bar, not lines
@@ -134,18 +135,18 @@ def run(args) -> int:
                    description=f"{event['node']} {event['message']}")
             return
         update(restart=True, description="the agent")
-        console.print(f"[bold]{event['node']}[/bold] {escape(event['message'])}")
+        say.print(f"[bold]{event['node']}[/bold] {escape(event['message'])}")
 
     def ask(question: dict) -> bool:
-        return console.input(f"{question['question']} [y/N] ").strip().lower() in ("y", "yes")
+        return say.input(f"{question['question']} [y/N] ").strip().lower() in ("y", "yes")
 
     try:
-        with evaluator as worker, progress_bar("the agent", enabled=not args.approve) as update:
+        with evaluator as worker, progress_bar("the agent", enabled=not args.approve and not args.json) as update:
             context.evaluator = worker
             final = run_thread(app, payload, config=config, context=context, on_event=show, answer=ask)
     except KeyboardInterrupt:
         if app.get_state(config).values:  # only a thread with a checkpoint can be resumed
-            console.print(f"resume with `astra optimize {folder.name} --resume {thread} --out {out}`", highlight=False)
+            say.print(f"resume with `astra optimize {folder.name} --resume {thread} --out {out}`", highlight=False)
         raise
     report = final.get("report") or {}
     if args.json:
@@ -160,7 +161,7 @@ def run(args) -> int:
                          + (f" (`astra export {out}` builds it)" if (out / "dispatch.json").is_file() else "")),
                       highlight=False)
     if not any(row.get("baseline_us") for row in report.get("shapes", [])):
-        console.print(f"[red]nothing was measured:[/red] {escape(report.get('stop_reason') or 'the run stopped')}",
+        say.print(f"[red]nothing was measured:[/red] {escape(report.get('stop_reason') or 'the run stopped')}",
                       highlight=False)
         return 1
     return 0
@@ -178,6 +179,7 @@ def _on_cluster(args, kernel: str):
     with cluster_pool(args, recording, f"the agent on {kernel}", live=False) as pool, compiling_with(RayCompileExecutor()):
         kind = max(pool.kinds, key=lambda k: len(pool.live(k)))
         if len(pool.kinds) > 1:
-            console.print(f"measuring on the cluster's {kind} workers (of {', '.join(pool.kinds)}): one kind per run",
-                          highlight=False)
+            (side_console if args.json else console).print(
+                f"measuring on the cluster's {kind} workers (of {', '.join(pool.kinds)}): one kind per run",
+                highlight=False)
         yield pool.view(kind, recording[0] if recording else None)
