@@ -21,7 +21,7 @@ from astra_kernels.cli.commands import (
 )
 from astra_kernels.cli.commands import compile as compile_command
 from astra_kernels.cli.commands import import_sglang, new
-from astra_kernels.cli.output import console
+from astra_kernels.cli.output import console, side_console
 
 # In the order `astra --help` lists them: what the machine can do, the suite, then the jobs.
 COMMANDS = (doctor, compile_command, kernels, new, import_sglang, check, space, tune, optimize, bench, verify, export, report)
@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt as exc:
-        code = _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"))
+        code = _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"),
+                            say=side_console if getattr(args, "json", False) else console)
         if argv is None:  # the astra process itself, not a caller's (a test's) process
             _leave_if_a_thread_holds_on(code)
         return code
@@ -157,19 +158,20 @@ def _handle_signals(handlers: dict) -> None:
                 signal.signal(signum, handler)
 
 
-def _interrupted(exc: KeyboardInterrupt, command: str, *, says_how_to_resume: bool) -> int:
+def _interrupted(exc: KeyboardInterrupt, command: str, *, says_how_to_resume: bool, say=console) -> int:
     """Ctrl-C or SIGTERM: one line of what was saved, one of how to go on, and 128 + the signal
     (130, 143) as a shell reports a process a signal ended; never a traceback. By the time the
     exception gets here the command's children are stopped and its files closed (each layer
     cleans up on the way out). What was saved comes as the exception's notes, added by whoever
     knows it (the results store by `astra tune`, the compile cache by the compile pool);
-    `says_how_to_resume`: the command printed that itself (`astra optimize`'s --resume)."""
+    `says_how_to_resume`: the command printed that itself (`astra optimize`'s --resume); `say`: where
+    to (stderr under --json, whose stdout holds JSON alone)."""
     _handle_signals({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN})  # one is enough
     signum = getattr(exc, "signum", signal.SIGINT)
     what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     saved = list(dict.fromkeys(reversed(getattr(exc, "__notes__", []))))  # the command's own first
-    console.print(escape(what + ("; saved: " + "; ".join(saved) if saved else "")), highlight=False)
+    say.print(escape(what + ("; saved: " + "; ".join(saved) if saved else "")), highlight=False)
     if saved and not says_how_to_resume:
-        console.print(f"to resume, run the same command again: {escape(command)}", highlight=False)
+        say.print(f"to resume, run the same command again: {escape(command)}", highlight=False)
     return 128 + signum
 

@@ -211,3 +211,13 @@ def test_help_and_a_misspelled_option_piped(capsys):
                            capture_output=True, text=True)
     assert wrong.returncode == 2 and wrong.stderr.startswith("astra tune: error: unrecognized arguments: --sampel"), \
         wrong.stderr
+
+
+def test_tune_json_stays_json_when_the_run_goes_wrong(tmp_path):
+    """`astra tune --json | program`: a run that measured nothing still prints its report as the
+    whole of stdout (exit 1), and says what went wrong on stderr."""
+    done = astra("tune", "rmsnorm", "--replay", "recorded", "--shapes", "3x4096", "--budget", "2", "--json",
+                 "--out", str(tmp_path))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert json.loads(done.stdout)["shapes"][0]["label"] == "3x4096"
+    assert "nothing was measured" in done.stderr and "3x4096 (unrecorded)" in done.stderr

@@ -101,7 +101,7 @@ class WorkerPool:
                     self._ray.kill(handle)
                 except Exception:
                     pass
-            needs = (f"{gpus_per_worker:g} GPU" if recordings else
+            needs = (("no GPU" if not gpus_per_worker else f"{gpus_per_worker:g} GPU") if recordings else
                      f"{gpus_per_worker:g} GPU and {CPUS_PER_GPU_WORKER} CPU of one node")
             why = (f"not all placed within {start_timeout_s:.0f} s (each worker takes {needs}: too few free?)"
                    if isinstance(exc, self._ray.exceptions.GetTimeoutError) else _first_line(getattr(exc, "cause", None) or exc))

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from astra_kernels.cli.arguments import count
-from astra_kernels.cli.output import console, print_table
+from astra_kernels.cli.output import console, print_table, side_console
 from astra_kernels.tools.errors import UsageError
 
 
@@ -110,13 +110,14 @@ def run(args) -> int:
             tables[name] = (benchmark.load_table(path) if path and path.exists()
                             else benchmark.shipped_table(name, worker.device["name"]))
         missing = [n for n, t in tables.items() if t is None]
+        say = side_console if args.json else console  # --json: stdout holds the JSON alone
         if missing:
-            console.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
+            say.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
         report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
                                  command="astra bench " + " ".join(args.argv),
                                  input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,
-                                 progress=lambda label: console.print(f"[dim]{label}[/dim]", highlight=False))
+                                 progress=lambda label: say.print(f"[dim]{label}[/dim]", highlight=False))
     return _bench_outputs(args, report)
 
 

@@ -138,7 +138,7 @@ def run(args) -> int:
         say.print(f"[bold]{event['node']}[/bold] {escape(event['message'])}")
 
     def ask(question: dict) -> bool:
-        return say.input(f"{question['question']} [y/N] ").strip().lower() in ("y", "yes")
+        return say.input(f"{escape(question['question'])} \\[y/N] ").strip().lower() in ("y", "yes")
 
     try:
         with evaluator as worker, progress_bar("the agent", enabled=not args.approve and not args.json) as update:

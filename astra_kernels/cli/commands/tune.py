@@ -11,7 +11,7 @@ from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
-from astra_kernels.cli.output import console, progress_bar
+from astra_kernels.cli.output import console, progress_bar, side_console
 
 
 def add_parser(sub) -> None:
@@ -42,8 +42,8 @@ def add_parser(sub) -> None:
     tune.add_argument("--sample", type=positive_int, help="search a seeded sample of this many configurations")
     tune.add_argument("--start", metavar="TABLE",
                       help="measure first, at each shape, the configuration this dispatch table runs there "
-                           "(`shipped`: the table shipped for this GPU; or a dispatch.json or astra tune output "
-                           "folder); a parameter the template gained after the table was made is set to its "
+                           "(`shipped`: the table shipped for this GPU, for each GPU kind with --ray; or a "
+                           "dispatch.json or astra tune output folder, for every kind); a parameter the template gained after the table was made is set to its "
                            "default. A re-tune after a template change then keeps the table's picks wherever the "
                            "search finds nothing faster; the start round counts against --budget and --seconds")
     tune.add_argument("--l2", choices=["cold", "warm"], default="cold",
@@ -220,10 +220,10 @@ def _shipped_start(args, spec, dtype: str, device: str):
     table = shipped_table(spec.name, device)
     if table is not None and (table.dtype, table.variant) != (dtype, args.variant):
         table = None
-    if not args.json:  # --json: stdout holds the JSON alone
-        console.print(f"starting from the {spec.name} table shipped for {device}" if table else
-                      f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search "
-                      "starts from nothing", highlight=False)
+    (side_console if args.json else console).print(  # --json: stdout holds the JSON alone
+        f"starting from the {spec.name} table shipped for {device}" if table else
+        f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search starts from nothing",
+        highlight=False)
     return table
 
 
@@ -257,21 +257,22 @@ def finish(args, folder, report, out: Path, store_path: Path) -> int:
     if not args.json:
         console.print(tuning.render_markdown(report), markup=False, highlight=False)
         console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
+    say = side_console if args.json else console  # --json: stdout holds the JSON alone
     if unmeasured := report.unmeasured:
         why = "; ".join(f"{label} ({statuses})" for label, statuses in unmeasured.items())
         where = f"the recording {report.replayed_from} holds no evaluation there" if report.replayed_from else (
             "no evaluation there ran")
         if len(unmeasured) == len(report.shapes):
-            console.print(f"[red]nothing was measured:[/red] {where}: {why}", highlight=False)
+            say.print(f"[red]nothing was measured:[/red] {where}: {why}", highlight=False)
             return 1
-        console.print(f"[yellow]not measured at {len(unmeasured)} of {len(report.shapes)} shapes:[/yellow] "
+        say.print(f"[yellow]not measured at {len(unmeasured)} of {len(report.shapes)} shapes:[/yellow] "
                       f"{where}: {why}", highlight=False)
     if lost := report.verification_lost:
-        console.print(f"[yellow]not verified at {len(lost)} shape(s):[/yellow] the cluster lost the workers "
+        say.print(f"[yellow]not verified at {len(lost)} shape(s):[/yellow] the cluster lost the workers "
                       "checking them: " + ", ".join(v.label for v in lost) + f" (`astra verify {out}` checks them)",
                       highlight=False)
     if failures := report.verification_failures:
-        console.print(f"[red]the dispatch table failed at {len(failures)} shape(s):[/red] "
+        say.print(f"[red]the dispatch table failed at {len(failures)} shape(s):[/red] "
                       + "; ".join(f"{v.label}: {v.status} {v.message[:120]}" for v in failures))
         return 1
     return 0
