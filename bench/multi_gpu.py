@@ -44,6 +44,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from astra_kernels.cli.arguments import positive_int
 from astra_kernels.cli.output import console, print_table
 from astra_kernels.tools.measuring.results import ResultsStore
 
@@ -168,20 +169,13 @@ def compare(one: dict, other: dict) -> dict:
     return {"shapes": len(one), "within_spread": within, "same_config": same, "rows": rows}
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: give a whole number of 1 or more")
-    return value
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", default="silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states")
     parser.add_argument("--set", default="astra")
     parser.add_argument("--budget", type=int, default=16, help="evaluations per shape")
     parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--sample", type=positive,
+    parser.add_argument("--sample", type=positive_int,
                         help="each shape's search over a seeded sample of this many configurations of the whole "
                              "space (astra tune --sample): a few hundred compiles a kernel instead of thousands")
     parser.add_argument("--kill-after", type=float)
@@ -272,6 +266,12 @@ def _redrawn(rows: dict[str, dict], kept: int | None) -> int:
     return misses
 
 
+def _phase(result: dict, phase: str) -> float:
+    """An evaluation's seconds in `phase`; "rest": its wall time outside every timed phase."""
+    split = result["phase_seconds"]
+    return result["wall_seconds"] - sum(split.values()) if phase == "rest" else split.get(phase, 0.0)
+
+
 def analyse(folder: Path) -> int:
     """--analyse: the figures docs/scaling.md gives from a run's stores (run C's are shipped)."""
     runs = {name: _stored(folder / name) for name in ("w1", "w2")}
@@ -302,10 +302,7 @@ def analyse(folder: Path) -> int:
         total = sum(one[k]["result"]["wall_seconds"] for k in phased)
         parts = []
         for phase in ("compile", "check", "time", "floor", "rest"):
-            def seconds(row: dict) -> float:
-                split = row["result"]["phase_seconds"]
-                return (row["result"]["wall_seconds"] - sum(split.values())) if phase == "rest" else split.get(phase, 0.0)
-            spent = [(seconds(one[k]), seconds(two[k])) for k in phased]
+            spent = [(_phase(one[k]["result"], phase), _phase(two[k]["result"], phase)) for k in phased]
             share = sum(a for a, _ in spent) / total
             ratio = sum(b for _, b in spent) / max(sum(a for a, _ in spent), 1e-9)
             parts.append(f"{phase} {share:.0%} of 1 worker's, x{ratio:.3f} at 2")

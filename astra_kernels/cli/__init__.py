@@ -21,7 +21,7 @@ from astra_kernels.cli.commands import (
 )
 from astra_kernels.cli.commands import compile as compile_command
 from astra_kernels.cli.commands import import_sglang, new
-from astra_kernels.cli.output import console, side_console
+from astra_kernels.cli.output import console, messages
 
 # In the order `astra --help` lists them: what the machine can do, the suite, then the jobs.
 COMMANDS = (doctor, compile_command, kernels, new, import_sglang, check, space, tune, optimize, bench, verify, export, report)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if isinstance(exc, UsageError) else 1
     except KeyboardInterrupt as exc:
         code = _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"),
-                            say=side_console if getattr(args, "json", False) else console)
+                            say=messages(args))
         if argv is None:  # the astra process itself, not a caller's (a test's) process
             _leave_if_a_thread_holds_on(code)
         return code

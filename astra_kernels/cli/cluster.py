@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 
 from astra_kernels.cli.arguments import positive_factor, positive_int
-from astra_kernels.cli.output import cluster_table, cluster_view, console, print_table, side_console
+from astra_kernels.cli.output import cluster_table, cluster_view, console, messages, print_table
 
 
 def add_cluster_arguments(parser, what: str) -> None:
@@ -50,7 +50,7 @@ def cluster_pool(args, recordings: list[str] | None, title: str, live: bool = Tr
     from astra_kernels.tools.measuring.replay import recorded_devices
 
     address = None if args.ray == "local" else args.ray
-    say = side_console if getattr(args, "json", False) else console  # --json: stdout holds the JSON alone
+    say = messages(args)
     with connected(address) as resources:
         gpus = int(resources["GPU"])
         if recordings is None and not gpus:

@@ -37,6 +37,12 @@ console = WholeLineConsole()
 side_console = WholeLineConsole(stderr=True)
 
 
+def messages(args) -> WholeLineConsole:
+    """Where a command's messages go: stderr under --json (its stdout holds the JSON alone), else
+    stdout with the rest of what it prints."""
+    return side_console if getattr(args, "json", False) else console
+
+
 def _plain(cell: object) -> str:
     """A cell as plain text: markup strings and Text lose their styles; any other renderable is
     rendered as wide as it likes, without colour."""

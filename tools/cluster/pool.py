@@ -9,8 +9,8 @@ caller holds a `KindView`, whose device is that kind's and whose evaluations go 
 Faults. A kernel that faults or hangs is the actor's EvaluationWorker's to survive (its child
 dies, the result says crashed or timeout, as it does locally). An actor that dies itself (its
 process killed, its node gone) is found when its answer fails: a replacement actor is started in
-the background wherever a GPU (and a CPU: CPUS_PER_GPU_WORKER) is free, and the evaluation it held is asked again of another worker
-(KindView, LOST_RETRIES times) before it comes back as status "lost" (no verdict on the candidate,
+the background wherever a GPU (and a CPU: CPUS_PER_GPU_WORKER) is free, and the evaluation it held
+is asked again of another worker (KindView, LOST_RETRIES times) before it comes back as status "lost" (no verdict on the candidate,
 so no results store keeps it and a re-run measures it). One
 that cannot be placed within `start_timeout_s` (a node lost with its GPUs) is given up; when a
 kind has no worker left and none starting, its callers get a WorkerError naming it.

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.table import Table
 
 from astra_kernels.cli.arguments import count
-from astra_kernels.cli.output import console, print_table, side_console
+from astra_kernels.cli.output import console, messages, print_table
 from astra_kernels.tools.errors import UsageError
 
 
@@ -110,7 +110,7 @@ def run(args) -> int:
             tables[name] = (benchmark.load_table(path) if path and path.exists()
                             else benchmark.shipped_table(name, worker.device["name"]))
         missing = [n for n, t in tables.items() if t is None]
-        say = side_console if args.json else console  # --json: stdout holds the JSON alone
+        say = messages(args)
         if missing:
             say.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")

@@ -12,7 +12,7 @@ from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
-from astra_kernels.cli.output import console, progress_bar, side_console
+from astra_kernels.cli.output import console, messages, progress_bar
 
 
 def add_parser(sub) -> None:
@@ -126,7 +126,7 @@ def run(args) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    say = side_console if args.json else console  # --json: stdout holds the report's JSON alone
+    say = messages(args)
     say.print(f"thread {thread}", highlight=False)
 
     def show(event: dict) -> None:
@@ -179,7 +179,7 @@ def _on_cluster(args, kernel: str):
     with cluster_pool(args, recording, f"the agent on {kernel}", live=False) as pool, compiling_with(RayCompileExecutor()):
         kind = max(pool.kinds, key=lambda k: len(pool.live(k)))
         if len(pool.kinds) > 1:
-            (side_console if args.json else console).print(
+            messages(args).print(
                 f"measuring on the cluster's {kind} workers (of {', '.join(pool.kinds)}): one kind per run",
                 highlight=False)
         yield pool.view(kind, recording[0] if recording else None)

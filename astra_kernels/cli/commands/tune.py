@@ -11,7 +11,7 @@ from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
-from astra_kernels.cli.output import console, progress_bar, side_console
+from astra_kernels.cli.output import console, messages, progress_bar
 
 
 def add_parser(sub) -> None:
@@ -43,8 +43,8 @@ def add_parser(sub) -> None:
     tune.add_argument("--start", metavar="TABLE",
                       help="measure first, at each shape, the configuration this dispatch table runs there "
                            "(`shipped`: the table shipped for this GPU, for each GPU kind with --ray; or a "
-                           "dispatch.json or astra tune output folder, for every kind); a parameter the template gained after the table was made is set to its "
-                           "default. A re-tune after a template change then keeps the table's picks wherever the "
+                           "dispatch.json or astra tune output folder, for every kind); a parameter the template "
+                           "gained after the table was made is set to its default. A re-tune after a template change then keeps the table's picks wherever the "
                            "search finds nothing faster; the start round counts against --budget and --seconds")
     tune.add_argument("--l2", choices=["cold", "warm"], default="cold",
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
@@ -220,7 +220,7 @@ def _shipped_start(args, spec, dtype: str, device: str):
     table = shipped_table(spec.name, device)
     if table is not None and (table.dtype, table.variant) != (dtype, args.variant):
         table = None
-    (side_console if args.json else console).print(  # --json: stdout holds the JSON alone
+    messages(args).print(
         f"starting from the {spec.name} table shipped for {device}" if table else
         f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search starts from nothing",
         highlight=False)
@@ -257,7 +257,7 @@ def finish(args, folder, report, out: Path, store_path: Path) -> int:
     if not args.json:
         console.print(tuning.render_markdown(report), markup=False, highlight=False)
         console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
-    say = side_console if args.json else console  # --json: stdout holds the JSON alone
+    say = messages(args)
     if unmeasured := report.unmeasured:
         why = "; ".join(f"{label} ({statuses})" for label, statuses in unmeasured.items())
         where = f"the recording {report.replayed_from} holds no evaluation there" if report.replayed_from else (
