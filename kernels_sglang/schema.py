@@ -40,6 +40,19 @@ class Anchor(BaseModel):
     torch_compile_us: float | None = None
 
 
+class Seed(BaseModel):
+    """A point of the kernel's template to measure first at every shape, before any search: the
+    production kernel's own configuration as the template expresses it (Optuna's enqueue_trial).
+    A search with a few seconds a shape sees a sliver of a space of thousands; a seed makes sure
+    that sliver holds the configuration a user already has. Each value is an expression of the
+    shape symbols and ELEM_BYTES, so one seed follows the kernel across shapes (SGLang's rmsnorm
+    takes H / 16 threads at every H); at a shape where a value is not one the template offers,
+    or a constraint excludes it, the seed is not measured there (tuning.seed_configs)."""
+
+    note: str  # what it mirrors, for a report
+    config: dict[str, str]
+
+
 class Origin(BaseModel):
     """Where a kernel folder's baseline came from, for one taken from another project as it ships
     (`astra import-sglang`): the project and version, the file, and the suite kernel with the same
@@ -69,6 +82,7 @@ class KernelSpec(BaseModel):
     tolerances: dict[str, Tolerance] = Field(default_factory=dict)
     anchors: list[Anchor] = Field(default_factory=list)
     origin: Origin | None = None
+    seeds: list[Seed] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> "KernelSpec":
@@ -90,6 +104,11 @@ class KernelSpec(BaseModel):
             for shape in shapes:
                 if set(shape) != set(self.symbols):
                     raise ValueError(f"{self.name}: shape {shape} in {set_name} must set exactly {self.symbols}")
+        for seed in self.seeds:
+            for name, text in seed.config.items():
+                unknown = Expression(text).names - known
+                if unknown:
+                    raise ValueError(f"{self.name}: seed {seed.note!r} sets {name} from unknown symbol(s) {sorted(unknown)}")
         for anchor in self.anchors:
             if anchor.variant not in self.variants:
                 raise ValueError(f"{self.name}: anchor variant {anchor.variant} is not a variant")

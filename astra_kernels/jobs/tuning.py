@@ -34,6 +34,7 @@ from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
 from astra_kernels.tools.search.space import build_space
+from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion, Template
 
 from astra_kernels.kernels_sglang import suite
@@ -143,7 +144,9 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     `configs`: the configurations to search instead of the whole space (or `sample` of it).
     `start`: a dispatch table (the one shipped for this GPU, say) whose pick at each shape is
     measured before the search there (start_configs), so a re-tune after the template changed
-    keeps what the last one found wherever the search does no better."""
+    keeps what the last one found wherever the search does no better. The spec's seeds (the
+    production kernel's own configurations: seed_configs) are measured in that first round too,
+    with or without `start`."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -185,7 +188,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
-            parallel=spread, start=start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch),
+            parallel=spread, start=_distinct(start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch)
+                                             + seed_configs(folder, env)),
         )
         return ShapeResult(
             shape=shape, label=label, space_total=space.total,
@@ -245,6 +249,41 @@ def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape
     except AstraError:
         return []
     return [pick.config] if pick.source == "template" and pick.config else []
+
+
+def seed_configs(folder: suite.KernelFolder, env: dict[str, int]) -> list[dict[str, int]]:
+    """The spec's seeds (schema.Seed) as configurations of `folder`'s template in the environment
+    `env` (a shape, its dtype and the GPU: suite.environment), the parameters a seed leaves out at
+    the template's defaults. A seed that names a parameter the template does not have (a model's
+    template of the same kernel) or whose value here is not one the template offers is no point
+    of this space and is left out; one a constraint excludes the search round reports as not
+    among the candidates."""
+    template = folder.template
+    values = {p.name: p.values for p in template.parameters}
+    configs: list[dict[str, int]] = []
+    for seed in folder.spec.seeds:
+        if not set(seed.config) <= set(values):
+            continue
+        try:
+            given = {name: Expression(text)(env) for name, text in seed.config.items()}
+        except AstraError:  # a symbol this environment lacks, a division by zero: no point here
+            continue
+        if not all(float(v).is_integer() for v in given.values()):
+            continue
+        given = {name: int(v) for name, v in given.items()}
+        config = {name: given.get(name, template.default[name]) for name in values}
+        if all(config[name] in values[name] for name in values):
+            configs.append(config)
+    return _distinct(configs)
+
+
+def _distinct(configs: list[dict[str, int]]) -> list[dict[str, int]]:
+    """`configs` in order, each once."""
+    kept: list[dict[str, int]] = []
+    for config in configs:
+        if config not in kept:
+            kept.append(config)
+    return kept
 
 
 def _prefetch_general(winners: dict[str, dict], shapes, request, evaluator, labels, deadline, parallel: int) -> None:

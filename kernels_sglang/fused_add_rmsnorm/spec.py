@@ -1,6 +1,6 @@
 """fused_add_rmsnorm: the residual add and RMS norm between transformer layers (docs/kernels.md section 3)."""
 
-from astra_kernels.kernels_sglang.rmsnorm.spec import _ASTRA, _ODD, _SERVING
+from astra_kernels.kernels_sglang.rmsnorm.spec import _ASTRA, _ODD, _SERVING, ROW_SEEDS
 from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
 
 # The same shape sets as rmsnorm: Astra's norm shapes are this kernel's (section 3); docs/kernels.md
@@ -40,6 +40,7 @@ SPEC = KernelSpec(
     shapes={"astra": _ASTRA, "serving": _SERVING, "odd": _ODD},
     bytes_moved="(4 * T * H + H) * ELEM_BYTES",
     flops="5 * T * H",
+    seeds=ROW_SEEDS,  # the same template parameters
     anchors=[
         a for (t, h), hs, hc, ns, nc in _ANCHORS
         for a in (Anchor(device="H200", shape={"T": t, "H": h}, sglang_us=hs, torch_compile_us=hc),

@@ -1,6 +1,6 @@
 """rmsnorm: the RMS normalisation before attention and the MLP (docs/kernels.md section 2)."""
 
-from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
+from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec, Seed
 
 # docs/kernels.md section 2: serving T x H, plus Astra's norm shapes (the fused_add_rmsnorm list of section 3).
 _SERVING = [{"T": t, "H": h} for t in (1, 16, 128, 256, 1024, 2048, 16384) for h in (4096, 8192)]
@@ -18,6 +18,22 @@ _ODD = [{"T": t, "H": h} for t, h in (
     (3, 20000),  # vec 8, 2500 vectors: three rounds, a wide row
     (9, 2050),   # vec 2
 )]
+# SGLang's norms as points of the norm templates (rmsnorm's and fused_add_rmsnorm's have the same
+# parameters): a CTA per row whose threads each hold ITEMS 16-byte vectors of it in registers, w
+# loaded with x. SGLang's JIT fused_add_rmsnorm holds one vector a thread and its rmsnorm two (H / 16
+# threads, rmsnorm_cta_double); four a thread was the fastest of the family at rmsnorm 1024x8192 in
+# an exhaustive probe of the row-per-CTA configurations on an H200 (2026-11-26), whose winners at
+# the few-token shapes were the first two. A search of a few seconds a shape had measured none of them.
+_VECTORS = "H // (16 // ELEM_BYTES)"  # a row's 16-byte vectors
+ROW_SEEDS = [
+    Seed(note=note, config={"ROW_THREADS": f"{_VECTORS} // {items}", "ROWS": "1", "VEC": "16 // ELEM_BYTES",
+                            "ITEMS": str(items), "PRELOAD_W": "1", "REG_CAP": "128", "CLUSTER": "1", "HINT": "0"})
+    for items, note in (
+        (1, "SGLang's JIT fused_add_rmsnorm: a CTA per row, one 16-byte vector a thread"),
+        (2, "SGLang's JIT rmsnorm (rmsnorm_cta_double): a CTA per row of H / 16 threads, two vectors each"),
+        (4, "a CTA per row, four 16-byte vectors a thread"),
+    )
+]
 _ANCHORS = [
     # (shape, H200 SGLang us, H200 torch.compile us, H100 SGLang us, H100 torch.compile us)
     ((1024, 4096), 7.73, 5.97, 8.67, 6.92),
@@ -41,6 +57,7 @@ SPEC = KernelSpec(
     shapes={"astra": _ASTRA, "serving": _SERVING, "odd": _ODD},
     bytes_moved="(2 * T * H + H) * ELEM_BYTES",
     flops="4 * T * H",
+    seeds=ROW_SEEDS,
     anchors=[
         a for (t, h), hs, hc, ns, nc in _ANCHORS
         for a in (Anchor(device="H200", shape={"T": t, "H": h}, sglang_us=hs, torch_compile_us=hc),

@@ -40,9 +40,9 @@ def _run(name: str, monkeypatch, replay: bool = True) -> str:
 
 def test_quickstart_tunes_and_shows_the_table(monkeypatch):
     text = _run("quickstart.ipynb", monkeypatch)
-    assert "replaying h200-2026-11-26/rmsnorm.sqlite.gz (NVIDIA H200)" in text
-    # the recorded run's figures at 16384x8192: baseline 188.54 us, fastest measured 129.41 us
-    assert "16384x8192: baseline  188.54 us, dispatched  129.41 us (1.46x" in text
+    assert "replaying h200-2026-11-26b/rmsnorm.sqlite.gz (NVIDIA H200)" in text
+    # the recorded run's figures at 16384x8192: baseline 188.35 us, fastest measured 129.70 us
+    assert "16384x8192: baseline  188.35 us, dispatched  129.70 us (1.45x" in text
     assert "| shape | space |" in text  # the report, rendered as markdown
     assert "4096x8192: template" in text and "(nearest tuned shape 2048x8192)" in text
 

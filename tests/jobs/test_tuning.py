@@ -3,6 +3,7 @@ configuration, the dispatch table, the output folder, and a re-run that measures
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from xml.etree import ElementTree
@@ -250,3 +251,62 @@ def test_the_report_names_the_start_round():
     text = tuning.render_markdown(report)
     assert "- 16x4096 start (1 candidates, 1 evaluated, best 1.50 us): given configurations" in text
     assert "- 16x4096 round 1 (first, 40 candidates, 5 evaluated" in text
+
+
+def test_the_specs_seeds_are_points_of_its_template_at_each_shape():
+    """SGLang's norms as seeds: one to four 16-byte vectors a thread, a CTA per row, at every H that
+    splits into such threads; none at a width whose thread count the template does not offer."""
+    from astra_kernels.kernels_sglang import suite
+
+    rmsnorm = suite.load("rmsnorm")
+
+    def seeds(shape, dtype="bf16"):
+        return tuning.seed_configs(rmsnorm, suite.environment(rmsnorm.spec, shape, dtype, "default", 132, "sm_90"))
+
+    found = seeds({"T": 128, "H": 4096})
+    assert [(c["ROW_THREADS"], c["ITEMS"], c["VEC"], c["PRELOAD_W"], c["ROWS"]) for c in found] == [
+        (512, 1, 8, 1, 1), (256, 2, 8, 1, 1), (128, 4, 8, 1, 1)]
+    assert [c["ROW_THREADS"] for c in seeds({"T": 1, "H": 8192})] == [1024, 512, 256]
+    assert seeds({"T": 128, "H": 11008}) == []  # 1376 threads a row: not a value of ROW_THREADS
+    assert suite.load("fused_add_rmsnorm").spec.seeds == rmsnorm.spec.seeds
+
+
+def test_a_seed_that_is_no_point_of_the_template_is_left_out():
+    from astra_kernels.kernels_sglang.schema import Seed
+
+    env = {"T": 16, "D": 4096, "ELEM_BYTES": 2, "SMS": 132, "SM": 90}
+    seeded = FOLDER.spec.model_copy(update={"seeds": [
+        Seed(note="a parameter this template lacks", config={"ROW_THREADS": "D // 8"}),
+        Seed(note="a value it does not offer", config={"THREADS": "D // 3"}),
+        Seed(note="a division by zero here", config={"THREADS": "D // (T - 16)"}),
+        Seed(note="one a user has", config={"THREADS": "D // 32", "VEC": "16 // ELEM_BYTES"}),
+        Seed(note="the same point again", config={"THREADS": "128", "VEC": "8"}),
+    ]})
+    folder = dataclasses.replace(FOLDER, spec=seeded)
+    assert tuning.seed_configs(folder, env) == [{**FOLDER.template.default, "THREADS": 128, "VEC": 8}]
+
+
+def test_a_seed_with_an_unknown_symbol_is_refused_when_the_spec_loads():
+    from astra_kernels.kernels_sglang.schema import Seed
+
+    with pytest.raises(ValueError, match=r"seed 'mine' sets THREADS from unknown symbol\(s\) \['N'\]"):
+        FOLDER.spec.model_validate({**FOLDER.spec.model_dump(), "seeds": [Seed(note="mine", config={"THREADS": "N * 2"})]})
+
+
+def test_tune_measures_the_seeds_first_with_the_start_tables_pick(tmp_path):
+    """The seeds join the start table's pick in the round before the search (each once), and a
+    search whose own proposals are all slower keeps the seed."""
+    from astra_kernels.kernels_sglang.schema import Seed
+
+    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    seeded = FOLDER.spec.model_copy(update={"seeds": [Seed(note="the fast one", config={k: str(v) for k, v in best.items()})]})
+    folder = dataclasses.replace(FOLDER, spec=seeded)
+    slow = {**best, "UNROLL": 2}
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = tuning.tune(folder, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
+                             dtype="bf16", configs=[slow, best], strategy="random", budget=Budget(evaluations=2),
+                             start=_old_table([({"T": 16, "D": 4096}, best, "template")]))
+    search = report.shapes[0].search
+    assert search.rounds[0].action == "start" and search.rounds[0].evaluated == 1  # the table's pick is the seed
+    assert search.trials[0].config == best and search.trials[1].config == slow
+    assert report.dispatch.entries[0].config == best

@@ -105,7 +105,7 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     from astra_kernels.kernels_sglang import recordings
 
     path = recordings.resolve("recorded", "rmsnorm")
-    assert path.is_file() and path.parent.name == "h200-2026-11-26"
+    assert path.is_file() and path.parent.name == "h200-2026-11-26b"
     assert recordings.resolve("recorded:h200-2026-11-23", "fused_add_rmsnorm").name == "fused_add_rmsnorm.sqlite.gz"
     assert recordings.resolve("some/store.sqlite", "rmsnorm").as_posix() == "some/store.sqlite"
     with pytest.raises(AstraError, match="no shipped recording of merge_attn_states.*shipped recordings: .*rmsnorm"):
@@ -116,16 +116,19 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
 
 def test_the_newest_recording_is_the_latest_date_whatever_the_gpu(tmp_path, monkeypatch):
     """`--replay recorded` takes the latest day's recording: an h100 one of a later day is newer
-    than an h200 one of an earlier day, though "h100-..." sorts first by name."""
+    than an h200 one of an earlier day, though "h100-..." sorts first by name; a day's second
+    session (a letter after the date) is newer than its first, older than the next day's."""
     from astra_kernels.kernels_sglang import recordings
 
-    for session in ("h200-2026-11-26", "h100-2026-11-27", "h200-2026-11-23", "h100-2026-11-20"):
+    for session in ("h200-2026-11-26", "h200-2026-11-26b", "h100-2026-11-27", "h200-2026-11-23", "h100-2026-11-20"):
         (tmp_path / session).mkdir()
         (tmp_path / session / "rmsnorm.sqlite.gz").write_bytes(b"")
     monkeypatch.setattr(recordings, "_root", lambda: tmp_path)
     assert [r.session for r in recordings.shipped()] == [
-        "h100-2026-11-20", "h200-2026-11-23", "h200-2026-11-26", "h100-2026-11-27"]
+        "h100-2026-11-20", "h200-2026-11-23", "h200-2026-11-26", "h200-2026-11-26b", "h100-2026-11-27"]
     assert recordings.find("rmsnorm").session == "h100-2026-11-27"
+    shutil.rmtree(tmp_path / "h100-2026-11-27")
+    assert recordings.find("rmsnorm").session == "h200-2026-11-26b"
 
 
 def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
