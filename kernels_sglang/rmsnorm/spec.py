@@ -21,9 +21,10 @@ _ODD = [{"T": t, "H": h} for t, h in (
 # SGLang's norms as points of the norm templates (rmsnorm's and fused_add_rmsnorm's have the same
 # parameters): a CTA per row whose threads each hold ITEMS 16-byte vectors of it in registers, w
 # loaded with x. SGLang's JIT fused_add_rmsnorm holds one vector a thread and its rmsnorm two (H / 16
-# threads, rmsnorm_cta_double); four a thread was the fastest of the family at rmsnorm 1024x8192 in
-# an exhaustive probe of the row-per-CTA configurations on an H200 (2026-11-26), whose winners at
-# the few-token shapes were the first two. A search of a few seconds a shape had measured none of them.
+# threads, rmsnorm_cta_double); four a thread was the fastest at rmsnorm 1024x8192 when every
+# row-per-CTA configuration was timed on an H200 (bench/focused_grid.py, 2026-11-26), where this
+# family won at all ten few-token shapes probed and the 4-second searches had measured few of it
+# (docs/performance.md entry 16).
 _VECTORS = "H // (16 // ELEM_BYTES)"  # a row's 16-byte vectors
 ROW_SEEDS = [
     Seed(note=note, config={"ROW_THREADS": f"{_VECTORS} // {items}", "ROWS": "1", "VEC": "16 // ELEM_BYTES",
