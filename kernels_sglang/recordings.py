@@ -30,13 +30,13 @@ def _root() -> Path:
     return Path(str(resources.files(__package__).joinpath(PREFIX)))
 
 
-def _age(session: Path) -> tuple[str, str]:
-    """A session folder's sort key: its date (the name's "-YYYY-MM-DD" end, a letter after it for a
-    later session of the same day: h200-2026-11-26b), then its name, so an h100 recording of a later
-    day is newer than an h200 one of an earlier day (by name alone, every "h100-..." sorted before
-    every "h200-...") and a day's "b" session newer than its first."""
-    dated = re.search(r"(\d{4}-\d{2}-\d{2})[a-z]?$", session.name)
-    return (dated.group(1) if dated else "", session.name)
+def _age(session: Path) -> tuple[str, str, str]:
+    """A session folder's sort key: its date (the name's "-YYYY-MM-DD" end), the letter after it
+    of a later session of that day (h200-2026-11-26b), then its name, so an h100 recording of a
+    later day or session is newer than an h200 one of an earlier one (by name alone, every
+    "h100-..." sorted before every "h200-...")."""
+    dated = re.search(r"(\d{4}-\d{2}-\d{2})([a-z]?)$", session.name)
+    return (dated.group(1), dated.group(2), session.name) if dated else ("", "", session.name)
 
 
 def shipped() -> list[Recording]:

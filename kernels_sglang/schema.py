@@ -46,8 +46,9 @@ class Seed(BaseModel):
     A search with a few seconds a shape sees a sliver of a space of thousands; a seed makes sure
     that sliver holds the configuration a user already has. Each value is an expression of the
     shape symbols and ELEM_BYTES, so one seed follows the kernel across shapes (SGLang's rmsnorm
-    takes H / 16 threads at every H); at a shape where a value is not one the template offers,
-    or a constraint excludes it, the seed is not measured there (tuning.seed_configs)."""
+    takes H / 16 threads at every H); at a shape where a value is not a whole number the template
+    offers (tuning.seed_configs) or a constraint excludes it (the search's start round names it),
+    the seed is not measured there."""
 
     note: str  # what it mirrors, for a report
     config: dict[str, str]

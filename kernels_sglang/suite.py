@@ -148,6 +148,10 @@ def load(name: str) -> KernelFolder:
     template = parse_template(_text(path / "template.cu"), f"{name}/template.cu", symbols, path)
     if baseline.parameters:
         raise AstraError(f"{name}/baseline.cu declares parameters; a baseline has one fixed configuration")
+    for seed in spec.seeds:  # a misspelt name would leave the seed out at every shape, silently
+        if unknown := sorted(set(seed.config) - set(template.names)):
+            raise KernelFolderError(f"{path / 'spec.py'}: seed {seed.note!r} sets {', '.join(unknown)}, "
+                                    f"which {name}/template.cu does not declare")
     return KernelFolder(name, path, spec, reference, baseline, template)
 
 

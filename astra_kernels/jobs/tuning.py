@@ -188,8 +188,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
-            parallel=spread, start=_distinct(start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch)
-                                             + seed_configs(folder, env)),
+            parallel=spread, start=start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch)
+            + seed_configs(folder, env),
         )
         return ShapeResult(
             shape=shape, label=label, space_total=space.total,
@@ -229,15 +229,9 @@ def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape
     search has to start somewhere); nothing from a table with no template pick at all."""
     if table is None:
         return []
-    template = folder.template
-    values = {p.name: p.values for p in template.parameters}
-
     def now(config: dict[str, int] | None) -> dict[str, int] | None:
         """None where a value is one the template no longer offers."""
-        if config is None:
-            return None
-        config = {n: config.get(n, template.default[n]) for n in values}
-        return config if all(v in values[n] for n, v in config.items()) else None
+        return None if config is None else folder.template.point(config)
 
     entries = [e.model_copy(update={"config": now(e.config)}) for e in table.entries if e.source == "template"]
     current = table.model_copy(update={"general": now(table.general), "sources": {},
@@ -252,38 +246,26 @@ def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape
 
 
 def seed_configs(folder: suite.KernelFolder, env: dict[str, int]) -> list[dict[str, int]]:
-    """The spec's seeds (schema.Seed) as configurations of `folder`'s template in the environment
-    `env` (a shape, its dtype and the GPU: suite.environment), the parameters a seed leaves out at
-    the template's defaults. A seed that names a parameter the template does not have (a model's
-    template of the same kernel) or whose value here is not one the template offers is no point
-    of this space and is left out; one a constraint excludes the search round reports as not
-    among the candidates."""
+    """The spec's seeds (schema.Seed) as points of `folder`'s template in the environment `env` (a
+    shape, its dtype and the GPU: suite.environment), the parameters a seed leaves out at the
+    template's defaults. A seed that names a parameter the template does not have (a model's
+    template of the same kernel: the suite checks its own templates when it loads them), or whose
+    value here is not a whole number the template offers (a width that does not split into such
+    threads), is no point of this space here and is left out."""
     template = folder.template
-    values = {p.name: p.values for p in template.parameters}
-    configs: list[dict[str, int]] = []
+    configs = []
     for seed in folder.spec.seeds:
-        if not set(seed.config) <= set(values):
+        if not set(seed.config) <= set(template.names):
             continue
         try:
             given = {name: Expression(text)(env) for name, text in seed.config.items()}
         except AstraError:  # a symbol this environment lacks, a division by zero: no point here
             continue
-        if not all(float(v).is_integer() for v in given.values()):
-            continue
-        given = {name: int(v) for name, v in given.items()}
-        config = {name: given.get(name, template.default[name]) for name in values}
-        if all(config[name] in values[name] for name in values):
-            configs.append(config)
-    return _distinct(configs)
-
-
-def _distinct(configs: list[dict[str, int]]) -> list[dict[str, int]]:
-    """`configs` in order, each once."""
-    kept: list[dict[str, int]] = []
-    for config in configs:
-        if config not in kept:
-            kept.append(config)
-    return kept
+        if all(float(v).is_integer() for v in given.values()):
+            point = template.point({name: int(v) for name, v in given.items()})
+            if point is not None:
+                configs.append(point)
+    return configs
 
 
 def _prefetch_general(winners: dict[str, dict], shapes, request, evaluator, labels, deadline, parallel: int) -> None:

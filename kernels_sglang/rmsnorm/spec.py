@@ -25,9 +25,9 @@ _ODD = [{"T": t, "H": h} for t, h in (
 # row-per-CTA configuration was timed on an H200 (bench/focused_grid.py, 2026-11-26), where this
 # family won at all ten few-token shapes probed and the 4-second searches had measured few of it
 # (docs/performance.md entry 16).
-_VECTORS = "H // (16 // ELEM_BYTES)"  # a row's 16-byte vectors
+_VECTORS = "H * ELEM_BYTES / 16"  # a row's 16-byte vectors (true division: no seed where they do not split evenly)
 ROW_SEEDS = [
-    Seed(note=note, config={"ROW_THREADS": f"{_VECTORS} // {items}", "ROWS": "1", "VEC": "16 // ELEM_BYTES",
+    Seed(note=note, config={"ROW_THREADS": f"{_VECTORS} / {items}", "ROWS": "1", "VEC": "16 // ELEM_BYTES",
                             "ITEMS": str(items), "PRELOAD_W": "1", "REG_CAP": "128", "CLUSTER": "1", "HINT": "0"})
     for items, note in (
         (1, "SGLang's JIT fused_add_rmsnorm: a CTA per row, one 16-byte vector a thread"),

@@ -276,14 +276,17 @@ def test_a_seed_that_is_no_point_of_the_template_is_left_out():
 
     env = {"T": 16, "D": 4096, "ELEM_BYTES": 2, "SMS": 132, "SM": 90}
     seeded = FOLDER.spec.model_copy(update={"seeds": [
-        Seed(note="a parameter this template lacks", config={"ROW_THREADS": "D // 8"}),
+        Seed(note="a parameter this template lacks", config={"ROW_THREADS": "D / 8"}),
         Seed(note="a value it does not offer", config={"THREADS": "D // 3"}),
+        Seed(note="not a whole number here", config={"THREADS": "(D + 1) / 32"}),  # 128.03: not 128
         Seed(note="a division by zero here", config={"THREADS": "D // (T - 16)"}),
-        Seed(note="one a user has", config={"THREADS": "D // 32", "VEC": "16 // ELEM_BYTES"}),
+        Seed(note="one a user has", config={"THREADS": "D / 32", "VEC": "16 / ELEM_BYTES"}),
         Seed(note="the same point again", config={"THREADS": "128", "VEC": "8"}),
     ]})
     folder = dataclasses.replace(FOLDER, spec=seeded)
-    assert tuning.seed_configs(folder, env) == [{**FOLDER.template.default, "THREADS": 128, "VEC": 8}]
+    mine = {**FOLDER.template.default, "THREADS": 128, "VEC": 8}
+    found = tuning.seed_configs(folder, env)
+    assert found == [mine, mine] and all(type(v) is int for v in found[0].values())  # the search measures it once
 
 
 def test_a_seed_with_an_unknown_symbol_is_refused_when_the_spec_loads():
@@ -293,20 +296,35 @@ def test_a_seed_with_an_unknown_symbol_is_refused_when_the_spec_loads():
         FOLDER.spec.model_validate({**FOLDER.spec.model_dump(), "seeds": [Seed(note="mine", config={"THREADS": "N * 2"})]})
 
 
-def test_tune_measures_the_seeds_first_with_the_start_tables_pick(tmp_path):
-    """The seeds join the start table's pick in the round before the search (each once), and a
-    search whose own proposals are all slower keeps the seed."""
+def test_tune_measures_the_seeds_first_after_the_start_tables_pick_and_within_the_budget(tmp_path):
+    """The spec's seeds are measured in the round before the search, after `--start`'s pick, each
+    once; without a start table too; and a budget smaller than them caps that round (the table's
+    pick first), leaving the rest to the search."""
     from astra_kernels.kernels_sglang.schema import Seed
 
     best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
-    seeded = FOLDER.spec.model_copy(update={"seeds": [Seed(note="the fast one", config={k: str(v) for k, v in best.items()})]})
-    folder = dataclasses.replace(FOLDER, spec=seeded)
-    slow = {**best, "UNROLL": 2}
-    with ResultsStore(tmp_path / "r.sqlite") as store:
-        report = tuning.tune(folder, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
-                             dtype="bf16", configs=[slow, best], strategy="random", budget=Budget(evaluations=2),
-                             start=_old_table([({"T": 16, "D": 4096}, best, "template")]))
-    search = report.shapes[0].search
-    assert search.rounds[0].action == "start" and search.rounds[0].evaluated == 1  # the table's pick is the seed
-    assert search.trials[0].config == best and search.trials[1].config == slow
-    assert report.dispatch.entries[0].config == best
+    slow, slower = {**best, "UNROLL": 2}, {**best, "UNROLL": 4}
+    seeds = [Seed(note=f"unroll {c['UNROLL']}", config={k: str(v) for k, v in c.items()}) for c in (best, slow)]
+    folder = dataclasses.replace(FOLDER, spec=FOLDER.spec.model_copy(update={"seeds": seeds}))
+
+    def tuned(path, budget, start=None):
+        with ResultsStore(tmp_path / path) as store:
+            report = tuning.tune(folder, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store),
+                                 shapes=SHAPES[:1], dtype="bf16", configs=[slower, slow, best], strategy="random",
+                                 budget=Budget(evaluations=budget), start=start)
+        return report.shapes[0].search
+
+    search = tuned("a.sqlite", 3)  # no start table: the seeds alone, in their order
+    assert search.rounds[0].action == "start" and search.rounds[0].evaluated == 2
+    assert [t.config for t in search.trials] == [best, slow, slower] and search.best_config == best
+    search = tuned("b.sqlite", 3, start=_old_table([({"T": 16, "D": 4096}, slow, "template")]))
+    assert [t.config for t in search.trials[:2]] == [slow, best]  # the table's pick, then the seed not yet there
+    search = tuned("c.sqlite", 1, start=_old_table([({"T": 16, "D": 4096}, slower, "template")]))
+    assert [t.config for t in search.trials] == [slower]  # the budget: the table's pick only
+    assert any("2 more left to the search: the budget is 1" in r for r in search.rounds[0].reasons)
+    plain = dataclasses.replace(FOLDER, spec=FOLDER.spec.model_copy(update={"seeds": [
+        Seed(note="not a candidate of this sample", config={"THREADS": "1024"})]}))
+    with ResultsStore(tmp_path / "d.sqlite") as store:
+        report = tuning.tune(plain, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
+                             dtype="bf16", configs=[best], strategy="random", budget=Budget(evaluations=1))
+    assert [r.action for r in report.shapes[0].search.rounds] == ["first"]  # no empty start round

@@ -111,3 +111,13 @@ def test_a_path_that_is_not_a_directory_is_one_line(tmp_path, monkeypatch, capsy
     monkeypatch.delenv(suite.KERNELS_PATH)
     assert main(["kernels", "--kernels-dir", str(tmp_path / "missing")]) == 2
     assert "--kernels-dir " + str(tmp_path / "missing") + ": not a directory" in capsys.readouterr().out
+
+
+def test_a_seed_naming_a_parameter_the_template_lacks_is_refused_when_the_folder_loads(kernels_path):
+    """A misspelt seed would be left out at every shape without a word; the folder says so instead."""
+    folder = _kernel_folder(kernels_path, "my_norm")
+    spec = folder / "spec.py"
+    spec.write_text(spec.read_text().replace('"PRELOAD_W": "1"', '"PRELOADW": "1"', 1))
+    with pytest.raises(suite.KernelFolderError, match=r"my_norm/spec.py: seed .* sets PRELOADW, which "
+                                                      r"my_norm/template.cu does not declare"):
+        suite.load("my_norm")

@@ -164,10 +164,12 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                   start: list[dict[str, int]] | None = None) -> SearchOutcome:
     """Searches in rounds, each over the candidates the planner picks from what was measured.
     `parallel`: proposals measured at once where the strategy allows (search's).
-    `start`: configurations measured first, in a round of their own that the budget counts (those
-    among the candidates; the others are named in the round's reasons): an earlier table's picks, so
-    a search of a changed space begins where the last one ended, and the planner's narrowing sees
-    them. The first planned round leaves them out, so none is measured twice.
+    `start`: configurations measured first, in a round of their own that the budget counts and
+    caps (those among the candidates, each once, in the order given, at most `budget.evaluations`
+    of them; the others are named in the round's reasons; no round where none is a candidate): an
+    earlier table's picks and the spec's seeds, so a search of a changed space begins where the
+    last one ended, and the planner's narrowing sees them. The first planned round leaves out those
+    measured, so none is measured twice.
 
     The budget is split over `rounds` rounds, each getting an equal share of what is left, so
     an unused share carries forward; when the planned rounds are over and budget is left, the
@@ -176,13 +178,19 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
     """
     outcome = SearchOutcome(strategy=strategy)
     started = time.perf_counter()
-    firsts = [c for c in (start or []) if c in candidates]
-    if start:
+    given: list[dict[str, int]] = []
+    for config in start or []:
+        if config in candidates and config not in given:
+            given.append(config)
+    firsts = given[:budget.evaluations] if budget.evaluations is not None else given
+    if firsts:
         found = search(make_strategy("exhaustive", firsts, seed), request_for, evaluate, Budget(),
                        labels=labels, progress=progress, parallel=parallel)
         outcome.trials += found.trials
         why = ["given configurations, measured before the search",
-               *(f"not among the candidates here: {c}" for c in start if c not in candidates)]
+               *(f"not among the candidates here: {c}" for c in start or [] if c not in candidates),
+               *([f"{len(given) - len(firsts)} more left to the search: the budget is {budget.evaluations}"]
+                 if len(given) > len(firsts) else [])]
         outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=len(found.trials),
                                            best_us=found.best_us, reasons=why))
         outcome.best_us, outcome.best_config = found.best_us, found.best_config

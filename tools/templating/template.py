@@ -124,6 +124,13 @@ class Template:
     def names(self) -> list[str]:
         return [p.name for p in self.parameters]
 
+    def point(self, config: Mapping[str, int]) -> dict[str, int] | None:
+        """`config` as a point of this space: a parameter it leaves out at the default, a name the
+        template does not have dropped; None where a value is not one the template offers. How a
+        configuration from elsewhere (an older table's pick, a spec's seed) reads in this template."""
+        point = {p.name: config.get(p.name, self.default[p.name]) for p in self.parameters}
+        return point if all(point[p.name] in p.values for p in self.parameters) else None
+
     def size(self) -> int:
         n = 1
         for p in self.parameters:

@@ -120,15 +120,15 @@ def test_the_newest_recording_is_the_latest_date_whatever_the_gpu(tmp_path, monk
     session (a letter after the date) is newer than its first, older than the next day's."""
     from astra_kernels.kernels_sglang import recordings
 
-    for session in ("h200-2026-11-26", "h200-2026-11-26b", "h100-2026-11-27", "h200-2026-11-23", "h100-2026-11-20"):
+    for session in ("h200-2026-11-26", "h100-2026-11-26b", "h100-2026-11-27", "h200-2026-11-23", "h100-2026-11-20"):
         (tmp_path / session).mkdir()
         (tmp_path / session / "rmsnorm.sqlite.gz").write_bytes(b"")
     monkeypatch.setattr(recordings, "_root", lambda: tmp_path)
     assert [r.session for r in recordings.shipped()] == [
-        "h100-2026-11-20", "h200-2026-11-23", "h200-2026-11-26", "h200-2026-11-26b", "h100-2026-11-27"]
+        "h100-2026-11-20", "h200-2026-11-23", "h200-2026-11-26", "h100-2026-11-26b", "h100-2026-11-27"]
     assert recordings.find("rmsnorm").session == "h100-2026-11-27"
     shutil.rmtree(tmp_path / "h100-2026-11-27")
-    assert recordings.find("rmsnorm").session == "h200-2026-11-26b"
+    assert recordings.find("rmsnorm").session == "h100-2026-11-26b"
 
 
 def test_a_replay_works_on_a_copy_and_never_overwrites_other_results(tmp_path):
