@@ -148,7 +148,10 @@ def load(name: str) -> KernelFolder:
     template = parse_template(_text(path / "template.cu"), f"{name}/template.cu", symbols, path)
     if baseline.parameters:
         raise AstraError(f"{name}/baseline.cu declares parameters; a baseline has one fixed configuration")
-    for seed in spec.seeds:  # a misspelt name would leave the seed out at every shape, silently
+    # A misspelt name would leave a seed out at every shape, silently. A template without parameters
+    # has no space to seed (a folder `astra import-sglang` wrote before it cleared the port's seeds
+    # still loads).
+    for seed in spec.seeds if template.parameters else []:
         if unknown := sorted(set(seed.config) - set(template.names)):
             raise KernelFolderError(f"{path / 'spec.py'}: seed {seed.note!r} sets {', '.join(unknown)}, "
                                     f"which {name}/template.cu does not declare")

@@ -241,6 +241,7 @@ def _folder_files(recipe: Recipe, sources: Sources, shapes: dict[str, list[dict[
         f'    "dtypes": {list(recipe.dtypes)!r},',
         f'    "shapes": {shapes!r},',
         '    "anchors": [],',
+        '    "seeds": [],  # points of the port\'s template; this folder\'s template is SGLang\'s kernel, fixed',
         f'    "origin": Origin(**{origin!r}),',
         "})",
         "",

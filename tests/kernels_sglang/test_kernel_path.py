@@ -121,3 +121,13 @@ def test_a_seed_naming_a_parameter_the_template_lacks_is_refused_when_the_folder
     with pytest.raises(suite.KernelFolderError, match=r"my_norm/spec.py: seed .* sets PRELOADW, which "
                                                       r"my_norm/template.cu does not declare"):
         suite.load("my_norm")
+
+
+def test_seeds_on_a_template_without_parameters_are_no_error(kernels_path):
+    """A folder whose template is a fixed kernel (what `astra import-sglang` writes: SGLang's own,
+    its spec a copy of the port's, seeds included in folders written before it cleared them) loads:
+    there is no space to seed."""
+    folder = _kernel_folder(kernels_path, "my_fixed")
+    shutil.copyfile(RMSNORM / "baseline.cu", folder / "template.cu")
+    loaded = suite.load("my_fixed")
+    assert loaded.spec.seeds and not loaded.template.parameters
