@@ -328,3 +328,38 @@ def test_tune_measures_the_seeds_first_after_the_start_tables_pick_and_within_th
         report = tuning.tune(plain, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
                              dtype="bf16", configs=[best], strategy="random", budget=Budget(evaluations=1))
     assert [r.action for r in report.shapes[0].search.rounds] == ["first"]  # no empty start round
+
+
+def _shape_results(tokens: list[int]) -> list[tuning.ShapeResult]:
+    from astra_kernels.tools.search.runner import SearchOutcome
+
+    return [tuning.ShapeResult(shape={"T": t, "D": 4096}, label=f"{t}x4096", space_total=1,
+                               space_after_constraints=1, space_after_compile=1, space_candidates=1,
+                               pruned_reasons=[], baseline_us=1.0, baseline_status="ok",
+                               search=SearchOutcome(strategy="random", trials=[]))
+            for t in tokens]
+
+
+def test_under_an_evaluation_budget_each_shape_measures_its_nearest_winners_and_one_general_candidate():
+    """--budget B bounds the cross-measurement like the searches: at each shape the winners of the
+    B shapes nearest it, plus everywhere the most central shape's winner (the general
+    configuration's candidate), instead of every winner at every shape."""
+    tokens = [1, 4, 16, 64, 256, 1024, 4096]
+    shapes = _shape_results(tokens)
+    winners = {s.label: {"VEC": i} for i, s in enumerate(shapes)}
+    full = tuning.cross_plan(winners, shapes, ["T", "D"], None)
+    assert full.bound is None and all(len(at) == len(shapes) for _, _, at in full.measurements)
+    assert tuning.cross_plan(winners, shapes, ["T", "D"], 6).bound is None  # B >= the others: all of them
+    plan = tuning.cross_plan(winners, shapes, ["T", "D"], 2)
+    at = {owner: {s.label for s in where} for _, owner, where in plan.measurements}
+    assert at["64x4096"] == {s.label for s in shapes}  # the central shape's winner, at every shape
+    assert plan.bound and "64x4096's winner" in plan.bound and "2 shapes nearest" in plan.bound
+    for shape in shapes:
+        others = {owner for owner, where in at.items() if shape.label in where and owner != shape.label}
+        assert len(others - {"64x4096"}) <= 2
+    assert at["1x4096"] == {"1x4096", "4x4096", "16x4096"}  # its own, and the two nearest to it
+    assert at["4096x4096"] == {"1024x4096", "256x4096", "4096x4096"}
+    shared = dict(winners, **{"4x4096": {"VEC": 0}})  # two shapes with one winner: measured once per shape
+    plan = tuning.cross_plan(shared, shapes, ["T", "D"], 2)
+    assert sum(1 for config, _, _ in plan.measurements if config == {"VEC": 0}) == 1
+

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import time
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,7 +19,8 @@ import pytest
 
 from support import faulty
 from astra_kernels.tools.toolchain import compiler_process
-from astra_kernels.tools.measuring import sanitizer
+from astra_kernels.tools.measuring import correctness, device_checks, sanitizer
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.toolchain.compiler import compile_many, compile_source
@@ -216,6 +218,10 @@ class _HostDriver:
         ctypes.memmove(int(dst), int(src), int(nbytes))
         return (self._ok,)
 
+    def cuMemcpyDtoD(self, dst, src, nbytes):
+        ctypes.memmove(int(dst), int(src), int(nbytes))
+        return (self._ok,)
+
     def cuMemsetD8(self, ptr, byte, nbytes):
         ctypes.memset(int(ptr), int(byte), int(nbytes))
         return (self._ok,)
@@ -234,6 +240,7 @@ class _ScaleOnHost:
 
     def __init__(self, fault: str):
         self.fault, self.launches = fault, 0
+        self.checks: _HostChecks | None = None  # where "writes into the checks' memory" writes
 
     def __call__(self, x_buf, y_buf, n, alpha):
         import ml_dtypes
@@ -248,6 +255,28 @@ class _ScaleOnHost:
             y[n] = 1.0
         if self.fault == "writes in front of its input":
             _at(x_buf.ptr - 2, ml_dtypes.bfloat16, 1)[0] = 1.0
+        if self.fault == "writes into the checks' memory" and self.checks is not None:
+            for resident in self.checks._resident.values():  # far past the bands: another allocation
+                target = next(iter(resident.inputs.values()))
+                _at(target.ptr, np.uint8, 1)[0] ^= 0x10
+
+
+class _HostChecks(device_checks.DeviceChecks):
+    """device_checks.DeviceChecks with its three kernels done in NumPy on the fake's host memory;
+    the rest (resident draws and their checksums, the verdicts) is the real code."""
+
+    def __init__(self, device):
+        self.device, self.resident_bytes, self._resident = device, 1 << 30, OrderedDict()
+
+    def findings(self, got, ref, count, dtype, tol):
+        return correctness.findings(_at(got.ptr, numpy_dtype(dtype), count), _at(ref.ptr, np.float64, count), tol)
+
+    def differ(self, a, b, nbytes):
+        return not np.array_equal(_at(a.ptr, np.uint8, nbytes), _at(b.ptr, np.uint8, nbytes))
+
+    def checksum(self, buffer):
+        words = _at(buffer.ptr, np.uint64, buffer.nbytes // 8)
+        return int((words * (2 * np.arange(words.size, dtype=np.uint64) + 1)).sum(dtype=np.uint64))
 
 
 class _HostDevice:
@@ -298,6 +327,8 @@ def host_gpu(monkeypatch):
     monkeypatch.setattr(evaluation, "rotation_count", lambda set_bytes, l2="cold": 3)
     monkeypatch.setattr(evaluation, "copy_bandwidth", lambda _device: 1e12)
     monkeypatch.setattr(evaluation, "mix_bandwidth", lambda _device, reads, writes: 1e12)
+    checks: dict[int, _HostChecks] = {}
+    monkeypatch.setattr(device_checks, "on", lambda device: checks.setdefault(id(device), _HostChecks(device)))
     return host
 
 
@@ -308,12 +339,17 @@ def host_gpu(monkeypatch):
     ("writes in front of its input", ["guard bands", "input 'x'", "before its start", "from byte -2 to -1"]),
     ("works only while checked", ["timed outputs", "input set 0 (of 3)", "NaN",
                                   "did not do the work the checks saw"]),
+    ("writes into the checks' memory", ["resident draws", "wrote outside its buffers, past the guard bands"]),
 ])
 def test_the_evaluation_rejects_stray_writes_and_idle_timed_launches(host_gpu, layout, fault, needles):
     """The wiring of evaluate() itself, on host memory: the bands sit in the request's layout
-    and name the buffer, side and offset; outputs poisoned before timing must be rewritten."""
+    and name the buffer, side and offset; outputs poisoned before timing must be rewritten; the
+    draw the checks keep on the GPU must come through the launches unchanged."""
     request = dataclasses.replace(faulty.scale_request(0, n=4099), input_layout=layout)
-    result = evaluate(_HostDevice(_ScaleOnHost(fault)), request)
+    kernel = _ScaleOnHost(fault)
+    device = _HostDevice(kernel)
+    kernel.checks = device_checks.on(device)
+    result = evaluate(device, request)
     names = [c.name for c in result.checks]
     if fault == "none":
         assert result.status == "ok", result.message

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -47,9 +47,10 @@ def _pool() -> ThreadPoolExecutor:
 
 
 @dataclass
-class _Piece:
-    """What one piece of a comparison found; `_merge` combines them in order, so the verdict and
-    every index it names are those of a single pass over the whole array."""
+class Findings:
+    """What a comparison found, or one piece of it: `_merge` combines pieces in order, so the verdict
+    and every index it names are those of a single pass over the whole array. The GPU's comparison
+    (device_checks.py) fills the same fields, -1 meaning none found, and `verdict` reads either."""
 
     bad_nan: int = 0
     first_bad_nan: int = -1
@@ -64,9 +65,9 @@ class _Piece:
     worst_excess: float = -np.inf
 
 
-def _piece(got: np.ndarray, ref: np.ndarray, start: int, tol: Tolerance) -> _Piece:
+def _piece(got: np.ndarray, ref: np.ndarray, start: int, tol: Tolerance) -> Findings:
     """One piece's findings; a stage that fails stops the piece, as it stops the whole verdict."""
-    found = _Piece()
+    found = Findings()
     got = got.astype(np.float64)
     ref = ref if ref.dtype == np.float64 else ref.astype(np.float64)
     all_finite = bool(np.isfinite(ref).all())
@@ -107,8 +108,8 @@ def _piece(got: np.ndarray, ref: np.ndarray, start: int, tol: Tolerance) -> _Pie
     return found
 
 
-def _merge(pieces: list[_Piece]) -> _Piece:
-    total = _Piece()
+def _merge(pieces: list[Findings]) -> Findings:
+    total = Findings()
     for p in pieces:
         for count, first in (("bad_nan", "first_bad_nan"), ("inf_mismatch", "first_inf_mismatch")):
             if getattr(p, count):
@@ -136,17 +137,28 @@ def compare(name: str, out: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
     if out.shape != expected.shape:
         return Check(name=name, passed=False, detail=f"shape {out.shape}, expected {expected.shape}")
     got, ref = np.ascontiguousarray(out).reshape(-1), np.ascontiguousarray(expected).reshape(-1)
-    starts = range(0, got.size, _PIECE)
-    work = [(got[s:s + _PIECE], ref[s:s + _PIECE], s, tol) for s in starts]
-    pieces = list(_pool().map(lambda args: _piece(*args), work)) if len(work) > 1 else [_piece(*w) for w in work]
-    found = _merge(pieces)
+    return verdict(name, findings(got, ref, tol), out.shape, tol, lambda at: (float(got[at]), float(ref[at])))
+
+
+def findings(got: np.ndarray, ref: np.ndarray, tol: Tolerance) -> Findings:
+    """What comparing two flat arrays finds, in pieces on the thread pool."""
+    work = [(got[s:s + _PIECE], ref[s:s + _PIECE], s, tol) for s in range(0, got.size, _PIECE)]
+    return _merge(list(_pool().map(lambda args: _piece(*args), work)) if len(work) > 1 else [_piece(*w) for w in work])
+
+
+def verdict(name: str, found: Findings, shape: tuple[int, ...], tol: Tolerance,
+            values_at: Callable[[int], tuple[float, float]]) -> Check:
+    """The check one comparison's findings make, wherever they were found (here, or on the GPU by
+    tools/measuring/device_checks.py): the first failing stage names itself, else the errors
+    against the tolerance. `values_at(flat index)` gives (output, reference) at the worst element."""
+    size = math.prod(shape)
 
     def where(flat: int) -> tuple[int, ...]:
-        return tuple(int(i) for i in np.unravel_index(flat, out.shape))
+        return tuple(int(i) for i in np.unravel_index(flat, shape))
 
     if found.bad_nan:
         return Check(name=name, passed=False,
-                     detail=f"{found.bad_nan} of {got.size} elements are NaN (unwritten or invalid), "
+                     detail=f"{found.bad_nan} of {size} elements are NaN (unwritten or invalid), "
                      f"first at {where(found.first_bad_nan)}")
     if found.inf_mismatch:
         return Check(name=name, passed=False,
@@ -162,11 +174,12 @@ def compare(name: str, out: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
     max_abs = found.max_abs
     if found.failing or norm_error > tol.max_norm_error:
         worst = found.worst
+        got_worst, ref_worst = values_at(worst)
         return Check(
             name=name, passed=False, max_abs_error=max_abs, norm_error=norm_error,
-            detail=f"{found.failing} of {got.size} elements outside rtol={tol.rtol} "
-            f"atol={tol.atol}; worst at {where(worst)}: got {float(got[worst])!r}, "
-            f"expected {float(ref[worst])!r}; relative norm error {norm_error:.3g} "
+            detail=f"{found.failing} of {size} elements outside rtol={tol.rtol} "
+            f"atol={tol.atol}; worst at {where(worst)}: got {got_worst!r}, "
+            f"expected {ref_worst!r}; relative norm error {norm_error:.3g} "
             f"(limit {tol.max_norm_error})",
         )
     return Check(name=name, passed=True, max_abs_error=max_abs, norm_error=norm_error,
@@ -185,14 +198,18 @@ def _compare_exact(name: str, out: np.ndarray, expected: np.ndarray) -> Check:
     return Check(name=name, passed=True, max_abs_error=0.0, norm_error=0.0, detail="exact")
 
 
-def _raw(array: np.ndarray) -> np.ndarray:
+def raw_bytes(array: np.ndarray) -> np.ndarray:
     """The bytes of an array as a flat uint8 view (no copy for contiguous arrays)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def unchanged(name: str, before: np.ndarray, after: np.ndarray) -> Check:
     """A read-only input must come back bit for bit."""
-    same = before.shape == after.shape and np.array_equal(_raw(before), _raw(after))
+    return unchanged_verdict(name, before.shape == after.shape and np.array_equal(raw_bytes(before), raw_bytes(after)))
+
+
+def unchanged_verdict(name: str, same: bool) -> Check:
+    """`unchanged`'s check, from whether the input came back the same (compared here or on the GPU)."""
     return Check(name=f"{name} unchanged", passed=same,
                  detail="" if same else f"the kernel modified its input {name!r}")
 
@@ -200,10 +217,17 @@ def unchanged(name: str, before: np.ndarray, after: np.ndarray) -> Check:
 def outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray],
                    expected_first: dict[str, np.ndarray], expected_second: dict[str, np.ndarray]) -> Check:
     """Two different inputs must give different outputs wherever the reference says they do."""
-    for name in first:
-        if not np.array_equal(_raw(expected_first[name]), _raw(expected_second[name])) and (
-            np.array_equal(_raw(first[name]), _raw(second[name]))
-        ):
+    return fresh_outputs(
+        list(first),
+        references_differ=lambda name: not np.array_equal(raw_bytes(expected_first[name]), raw_bytes(expected_second[name])),
+        outputs_same=lambda name: np.array_equal(raw_bytes(first[name]), raw_bytes(second[name])))
+
+
+def fresh_outputs(names: Iterable[str], references_differ: Callable[[str], bool],
+                  outputs_same: Callable[[str], bool]) -> Check:
+    """outputs_differ's verdict from its two questions, asked of host arrays or of device buffers."""
+    for name in names:
+        if references_differ(name) and outputs_same(name):
             return Check(name="fresh outputs", passed=False,
                          detail=f"output {name!r} is identical for two different inputs (cached result?)")
     return Check(name="fresh outputs", passed=True)
@@ -211,20 +235,29 @@ def outputs_differ(first: dict[str, np.ndarray], second: dict[str, np.ndarray],
 
 def timed_outputs(sets: Iterable[dict[str, np.ndarray]], count: int, checked: dict[str, np.ndarray],
                   expected: dict[str, np.ndarray], tolerances: dict[str, Tolerance]) -> Check:
+    """timed_verdict on host arrays: each set's outputs against the checked launch's."""
+    return timed_verdict(
+        sets, count,
+        same=lambda name, got: np.array_equal(raw_bytes(got), raw_bytes(checked[name])),
+        judge=lambda name, got: compare(name, got, expected[name], tolerances[name]))
+
+
+def timed_verdict(sets: Iterable[dict], count: int, same: Callable[[str, object], bool],
+                  judge: Callable[[str, object], Check]) -> Check:
     """After timing, every input set's outputs must be what the checked launch wrote.
 
     The checks see two launches and the timing thousands, so a kernel that counts its launches
     in a __device__ variable could work only in the first two and be timed doing nothing: for a
     CUDA source, the analogue of KernelBench's work moved to another stream, where the timer
     never sees it. The sets' outputs are poisoned before timing, so a set that no timed launch
-    wrote fails here. Equal bytes pass at once; a kernel whose float sums depend on scheduling
-    (atomics) gets the tolerance comparison instead.
+    wrote fails here. Equal bytes (`same`) pass at once; a kernel whose float sums depend on
+    scheduling (atomics) gets the tolerance comparison (`judge`) instead.
     """
     for index, outputs in enumerate(sets):
         for name, got in outputs.items():
-            if np.array_equal(_raw(got), _raw(checked[name])):
+            if same(name, got):
                 continue
-            verdict = compare(name, got, expected[name], tolerances[name])
+            verdict = judge(name, got)
             if not verdict.passed:
                 return Check(name="timed outputs", passed=False,
                              detail=f"after timing, output {name!r} of input set {index} (of {count}) is not "

@@ -8,23 +8,25 @@ input sets against the copy-bandwidth floor measured in the same process.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from astra_kernels.tools.toolchain import pdl
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions, KernelInfo
 from astra_kernels.tools.toolchain.compiler import compile_source
-from .correctness import POISON_BYTE, Check, compare, outputs_differ, timed_outputs, unchanged
+from . import device_checks
+from .correctness import POISON_BYTE, Check, fresh_outputs, timed_verdict, unchanged_verdict
+from .device_checks import ResidentCase
 from astra_kernels.tools.toolchain.device import Device, DeviceArena, DeviceBuffer, Kernel
-from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.errors import (
     AstraError, CompileError, CompileTimeoutError, KernelNotFoundError, LaunchArgumentError, LaunchError,
     ToolchainError,
@@ -143,9 +145,27 @@ _CASES: OrderedDict[tuple, Case] = OrderedDict()
 # The draws kept, by size: a worker of a cluster gets the candidates of every shape in flight
 # interleaved (26 shapes at once on 2026-11-25's two-H100 run), and keeping only the last problem's
 # two draws redrew and recomputed the float64 reference for 424 of 426 evaluations; with every
-# problem kept, 26. The last two draws are kept whatever their size.
-CASES_KEPT_BYTES = 4 << 30
+# problem kept, 26. The budget is a share of the host's memory, a quarter of it split among the
+# host's GPUs (each has a worker), and at least 4 GiB: a fixed 4 GiB was less than the two draws
+# of silu_and_mul 16384x28672 alone (5.6 GB), so a worker interleaving it with other shapes drew it
+# again, seconds each time. The last two draws are kept whatever their size.
+CASES_KEPT_BYTES: int | None = None  # None: cases_kept_bytes() decides
+CASES_HOST_SHARE = 4
+HOST_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU of this host, visible here or not
 _CASES_KEPT_AT_LEAST = 2
+
+
+def cases_kept_bytes() -> int:
+    """CASES_KEPT_BYTES, or this host's memory over CASES_HOST_SHARE times its GPUs (the driver's
+    list of the host's GPUs, whatever CUDA_VISIBLE_DEVICES lets this process see), at least 4 GiB."""
+    if CASES_KEPT_BYTES is not None:
+        return CASES_KEPT_BYTES
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 4 << 30
+    gpus = len(list(HOST_GPUS.iterdir())) if HOST_GPUS.is_dir() else 1
+    return max(4 << 30, memory // (CASES_HOST_SHARE * max(1, gpus)))
 
 
 def _case_bytes(case: Case) -> int:
@@ -157,9 +177,9 @@ def seeded_case(problem: Problem, seed: int) -> Case:
 
     Every configuration of a search is checked on the same two draws, and the float64 reference
     of a large shape takes seconds, so draws are kept, the most recently used first, up to
-    CASES_KEPT_BYTES (and always the last two); nothing mutates them.
+    cases_kept_bytes() (and always the last two); nothing mutates them.
     """
-    key = (problem.label, tuple(problem.params), repr(problem.make_case), seed)
+    key = _case_key(problem, seed)
     if key in _CASES:
         _CASES.move_to_end(key)
         return _CASES[key]
@@ -167,24 +187,33 @@ def seeded_case(problem: Problem, seed: int) -> Case:
     problem.validate_case(case)
     _CASES[key] = case
     held = sum(_case_bytes(c) for c in _CASES.values())
-    while len(_CASES) > _CASES_KEPT_AT_LEAST and held > CASES_KEPT_BYTES:
+    budget = cases_kept_bytes()
+    while len(_CASES) > _CASES_KEPT_AT_LEAST and held > budget:
         _, dropped = _CASES.popitem(last=False)
         held -= _case_bytes(dropped)
     return case
 
 
+def _case_key(problem: Problem, seed: int) -> tuple:
+    return (problem.label, tuple(problem.params), repr(problem.make_case), seed)
+
+
 def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int,
-              guard_bytes: int = GUARD_BYTES):
+              guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, DeviceBuffer], ResidentCase]:
     """Launch once on a seeded draw, its buffers between guard bands (tools/measuring/guards.py) in the
-    request's layout; return (checks, outputs as downloaded, expected)."""
+    request's layout, and check it on the GPU (device_checks.py); return (checks, a device copy of
+    each output as written, the draw as resident on the GPU). The caller closes the copies."""
     problem = request.problem
     case = seeded_case(problem, seed)
+    gpu = device_checks.on(device)
+    resident = gpu.resident(_case_key(problem, seed), problem, case)
     guarded = GuardedBuffers(problem.buffers, request.input_layout, guard_bytes)
     buffers = _Buffers(problem, guarded.buffers)
+    kept: dict[str, DeviceBuffer] = {}
     try:
         for p in problem.buffers:
             if p.role in ("in", "inout"):
-                buffers.by_name[p.name].upload(case.inputs[p.name])
+                buffers.by_name[p.name].copy_from(resident.inputs[p.name], p.nbytes)
             else:
                 buffers.by_name[p.name].fill_bytes(POISON_BYTE)
         launch = request.launch
@@ -192,33 +221,56 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
                       pdl=request.pdl)
         device.synchronize()
         checks: list[Check] = []
-        outputs: dict[str, np.ndarray] = {}
         for p in problem.buffers:
-            got = buffers.by_name[p.name].download(numpy_dtype(p.dtype), p.shape)
+            got = buffers.by_name[p.name]
             if p.role == "in":
-                checks.append(unchanged(p.name, case.inputs[p.name], got))
+                checks.append(unchanged_verdict(p.name, not gpu.differ(got, resident.inputs[p.name], p.nbytes)))
             else:
-                outputs[p.name] = got
-                checks.append(compare(p.name, got, case.expected[p.name], problem.tolerance(p.dtype)))
+                kept[p.name] = DeviceBuffer(p.nbytes)
+                kept[p.name].copy_from(got, p.nbytes)
+                checks.append(gpu.compare_output(p, got, resident, case, problem.tolerance(p.dtype)))
         if (bands := guarded.check()) is not None:
             checks.append(bands)
-        return checks, outputs, case.expected
+        return checks, kept, resident
+    except BaseException:
+        _close(kept)
+        raise
     finally:
         guarded.close()
 
 
+def _close(buffers: dict[str, DeviceBuffer] | None) -> None:
+    for buffer in (buffers or {}).values():
+        buffer.close()
+
+
 def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
-           guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, np.ndarray]]:
-    """Both seeded draws; returns the checks and the first draw's outputs, which the timed
-    launches (on that draw's inputs) must reproduce."""
+           guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, DeviceBuffer]]:
+    """Both seeded draws; returns the checks and the first draw's outputs (device copies, which
+    the caller closes), which the timed launches (on that draw's inputs) must reproduce."""
+    gpu = device_checks.on(device)
     first_seed, second_seed = request.seeds
-    checks_a, out_a, exp_a = _run_case(device, kernel, request, first_seed, guard_bytes)
-    checks_b, out_b, exp_b = _run_case(device, kernel, request, second_seed, guard_bytes)
+    checks_a, out_a, resident_a = _run_case(device, kernel, request, first_seed, guard_bytes)
+    try:
+        checks_b, out_b, resident_b = _run_case(device, kernel, request, second_seed, guard_bytes)
+        try:
+            nbytes = {p.name: p.nbytes for p in request.problem.buffers}
+            cases = seeded_case(request.problem, first_seed), seeded_case(request.problem, second_seed)
+            fresh = fresh_outputs(
+                out_a,
+                references_differ=lambda name: gpu.references_differ(resident_a, resident_b, name, *cases),
+                outputs_same=lambda name: not gpu.differ(out_a[name], out_b[name], nbytes[name]))
+            changed = device_checks.intact_check([resident_a, resident_b], gpu)
+        finally:
+            _close(out_b)
+    except BaseException:
+        _close(out_a)
+        raise
     for c in checks_a:
         c.name = f"{c.name} (seed {first_seed})"
     for c in checks_b:
         c.name = f"{c.name} (seed {second_seed})"
-    return checks_a + checks_b + [outputs_differ(out_a, out_b, exp_a, exp_b)], out_a
+    return checks_a + checks_b + [fresh] + ([changed] if changed else []), out_a
 
 
 def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buffers], DeviceArena | None]:
@@ -233,23 +285,27 @@ def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buf
 
 
 def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
-          checked: dict[str, np.ndarray] | None = None) -> tuple[Timing, Timing | None, Check | None]:
+          checked: dict[str, DeviceBuffer] | None = None) -> tuple[Timing, Timing | None, Check | None]:
     """Graph-replayed and stream timings over enough input sets to keep L2 cold (or over one set,
     left resident in L2 by the launch before, for `l2="warm"`).
 
-    Given the checked launch's outputs, the sets' outputs are poisoned before timing and must
-    hold those outputs after it (correctness.timed_outputs); the verdict comes back third.
+    Given the checked launch's outputs (device copies), the sets' outputs are poisoned before
+    timing and must hold those outputs after it (correctness.timed_verdict, compared on the GPU);
+    the verdict comes back third, or the "resident draws" check if the timed launches changed the
+    draw kept on the GPU.
     """
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes, request.l2)
     launches = max(sets_needed, request.min_launches)
     case = seeded_case(problem, request.seeds[0])
+    gpu = device_checks.on(device)
+    resident = gpu.resident(_case_key(problem, request.seeds[0]), problem, case)
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
     try:
         for buffers in sets:
             for p in problem.buffers:
                 if p.role in ("in", "inout"):
-                    buffers.by_name[p.name].upload(case.inputs[p.name])
+                    buffers.by_name[p.name].copy_from(resident.inputs[p.name], p.nbytes)
                 elif checked is not None:
                     buffers.by_name[p.name].fill_bytes(POISON_BYTE)
         arg_lists = [b.args(problem) for b in sets]
@@ -268,11 +324,14 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
         outs = [p for p in problem.buffers if p.role == "out"]
         if checked is None or not outs:
             return graph, stream, None
-        device.synchronize()  # downloads run on the legacy stream, which does not wait for ours
-        downloads = ({p.name: b.by_name[p.name].download(numpy_dtype(p.dtype), p.shape) for p in outs}
-                     for b in sets)
-        verdict = timed_outputs(downloads, len(sets), checked, case.expected,
-                                {p.name: problem.tolerance(p.dtype) for p in outs})
+        device.synchronize()  # the checks' copies run on the legacy stream, which does not wait for ours
+        params = {p.name: p for p in outs}
+        verdict = timed_verdict(
+            ({p.name: b.by_name[p.name] for p in outs} for b in sets), len(sets),
+            same=lambda name, got: not gpu.differ(got, checked[name], params[name].nbytes),
+            judge=lambda name, got: gpu.compare_output(params[name], got, resident, case,
+                                                       problem.tolerance(params[name].dtype)))
+        verdict = device_checks.intact_check([resident], gpu) or verdict
         return graph, stream, verdict
     finally:
         for buffers in sets:
@@ -291,6 +350,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
     """
     started = time.perf_counter()
     phases = _PhaseClock()
+    checked = None  # the checked launch's outputs, on the GPU
     result = EvaluationResult(
         status="ok", label=request.label, kernel=request.kernel, device=device.properties.name,
         arch=device.properties.arch, bytes_moved=request.problem.bytes_moved,
@@ -316,7 +376,6 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         result.occupancy_blocks_per_sm = device.occupancy(
             kernel, request.launch.threads, request.launch.shared_bytes
         )
-        checked = None
         if request.check:
             with phases("check"):
                 result.checks, checked = _check(device, kernel, request, guard_bytes)
@@ -363,6 +422,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         result.status, result.fatal = "crashed", True
         result.message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"
     finally:
+        _close(checked)
         result.phase_seconds = phases.seconds
         result.wall_seconds = time.perf_counter() - started
     return result

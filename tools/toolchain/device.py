@@ -62,6 +62,14 @@ class DeviceBuffer:
         check(cu.api().cuMemcpyDtoH(out.ctypes.data, self.ptr, out.nbytes), "download")
         return out
 
+    def copy_from(self, other: "DeviceBuffer", nbytes: int | None = None) -> None:
+        """The first `nbytes` (all of `other`) of another device buffer, copied on the GPU."""
+        nbytes = other.nbytes if nbytes is None else int(nbytes)
+        if nbytes > self.nbytes or nbytes > other.nbytes:
+            raise LaunchArgumentError(f"{nbytes} bytes do not fit a {min(self.nbytes, other.nbytes)}-byte buffer")
+        check(cu.api().cuMemcpyDtoD(self.ptr, other.ptr, nbytes), "device copy")
+        check(cu.api().cuCtxSynchronize(), "device copy")
+
     def fill_bytes(self, byte: int) -> None:
         check(cu.api().cuMemsetD8(self.ptr, byte, self.nbytes), "memset")
         check(cu.api().cuCtxSynchronize(), "memset")

@@ -139,3 +139,52 @@ def test_worker_keeps_draws_up_to_its_byte_budget_and_always_the_last_two(monkey
 @pytest.mark.parametrize("set_bytes", [1, 1 << 20, 1 << 30])
 def test_warm_l2_replays_one_set(set_bytes):
     assert rotation_count(set_bytes, "warm") == 1
+
+
+def test_draws_kept_are_a_share_of_the_host_s_memory_split_among_its_gpus(monkeypatch, tmp_path):
+    """Without CASES_KEPT_BYTES set, a worker keeps draws up to a quarter of the host's memory over
+    its GPUs (each runs a worker), never under 4 GiB: silu_and_mul 16384x28672's two draws alone are
+    5.6 GB."""
+    from astra_kernels.tools.measuring import evaluation
+
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": (256 << 30) // 4096}
+    monkeypatch.setattr(evaluation.os, "sysconf", lambda name: pages[name])
+    gpus = tmp_path / "gpus"
+    for bus in ("0000:18:00.0", "0000:2a:00.0"):
+        (gpus / bus).mkdir(parents=True)
+    monkeypatch.setattr(evaluation, "HOST_GPUS", gpus)
+    assert evaluation.cases_kept_bytes() == (256 << 30) // 8
+    monkeypatch.setattr(evaluation, "HOST_GPUS", tmp_path / "none")  # no NVIDIA driver here: one share
+    assert evaluation.cases_kept_bytes() == (256 << 30) // 4
+    pages["SC_PHYS_PAGES"] = (8 << 30) // 4096
+    assert evaluation.cases_kept_bytes() == 4 << 30
+    monkeypatch.setattr(evaluation, "CASES_KEPT_BYTES", 12345)
+    assert evaluation.cases_kept_bytes() == 12345
+
+
+def test_the_gpu_s_partial_findings_merge_as_one_pass_would():
+    """device_checks.merged: each block's counts and sums added, its first indices' lowest (none
+    found is all ones), the largest excess at the lowest index among equals."""
+    from astra_kernels.tools.measuring.device_checks import FOUND_WORDS, NONE, merged
+
+    rows = np.zeros((3, FOUND_WORDS), dtype=np.uint64)
+    doubles = rows.view(np.float64)
+    rows[:, 0] = [0, 2, 1]
+    rows[:, 1] = [NONE, 40, 7]
+    rows[:, 2] = 0
+    rows[:, 3] = NONE
+    rows[:, 4] = [NONE, 41, NONE]
+    rows[:, 5] = [1, 0, 3]
+    rows[:, 6] = [9, 5, 2]
+    doubles[:, 7] = [0.5, 0.25, 0.75]
+    doubles[:, 8] = [1.0, 2.0, 3.0]
+    doubles[:, 9] = [4.0, 5.0, 6.0]
+    doubles[:, 10] = [0.125, 0.5, 0.5]  # a tie between blocks: the lower element index wins
+    found = merged(rows)
+    assert (found.bad_nan, found.first_bad_nan, found.inf_mismatch, found.first_inf_mismatch) == (3, 7, 0, -1)
+    assert (found.first_nonfinite, found.failing, found.worst, found.worst_excess) == (41, 4, 2, 0.5)
+    assert (found.max_abs, found.diff_sq, found.ref_sq) == (0.75, 6.0, 15.0)
+    empty = np.zeros((1, FOUND_WORDS), dtype=np.uint64)
+    empty[0, [1, 3, 4, 6]] = NONE
+    empty.view(np.float64)[0, 10] = -np.inf
+    assert merged(empty).worst == -1 and merged(empty).first_bad_nan == -1
