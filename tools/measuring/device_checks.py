@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,14 +116,14 @@ class DeviceChecks:
 
         return verdict(name, self.findings(got, ref, math.prod(shape), dtype, tol), tuple(shape), tol, values_at)
 
-    def compare_output(self, param: Param, got: DeviceBuffer, resident: ResidentCase, case: Case,
+    def compare_output(self, param: Param, got: DeviceBuffer, resident: ResidentCase, draw: Callable[[], Case],
                        tol: Tolerance) -> Check:
         """An output against its reference: on the GPU where its dtype is compared there, else
-        downloaded and compared on the host."""
+        downloaded and compared on the host with the draw's reference (`draw()`)."""
         if param.name in resident.expected:
             return self.compare(param.name, got, resident.expected[param.name], param.shape, param.dtype, tol)
         host = got.download(numpy_dtype(param.dtype), param.shape)
-        return compare(param.name, host, case.expected[param.name], tol)
+        return compare(param.name, host, draw().expected[param.name], tol)
 
     def differ(self, a: DeviceBuffer, b: DeviceBuffer, nbytes: int) -> bool:
         """Whether the first `nbytes` of two device buffers differ in any byte."""
@@ -133,12 +134,12 @@ class DeviceChecks:
         return bool(self._word.download(np.uint32, (1,))[0])
 
     def references_differ(self, first: ResidentCase, second: ResidentCase, name: str,
-                          first_case: Case, second_case: Case) -> bool:
+                          first_draw: Callable[[], Case], second_draw: Callable[[], Case]) -> bool:
         """Whether two draws' references of output `name` differ (on the GPU where both are there)."""
         if name in first.expected and name in second.expected:
             a, b = first.expected[name], second.expected[name]
             return a.nbytes != b.nbytes or self.differ(a, b, a.nbytes)
-        a, b = first_case.expected[name], second_case.expected[name]
+        a, b = first_draw().expected[name], second_draw().expected[name]
         return a.shape != b.shape or not np.array_equal(raw_bytes(a), raw_bytes(b))
 
     def checksum(self, buffer: DeviceBuffer) -> int:
@@ -149,10 +150,12 @@ class DeviceChecks:
 
     # -- resident draws ----------------------------------------------------------------------
 
-    def resident(self, key: tuple, problem: Problem, case: Case) -> ResidentCase:
-        """`case` (the draw `key` names) on the GPU: kept from an earlier evaluation if it is there
-        and intact, else uploaded; the least recently used go while more than `resident_bytes` is
-        held, never the last two (an evaluation's two draws are in use together)."""
+    def resident(self, key: tuple, problem: Problem, draw: Callable[[], Case]) -> ResidentCase:
+        """The draw `key` names on the GPU: kept from an earlier evaluation if it is there and
+        intact, else `draw()` uploaded (the host's copy is asked for only then: once a draw is
+        here, the host need not keep it); the least recently used go while more than
+        `resident_bytes` is held, never the last two (an evaluation's two draws are in use
+        together)."""
         kept = self._resident.get(key)
         if kept is not None and self.intact(kept):
             self._resident.move_to_end(key)
@@ -160,11 +163,11 @@ class DeviceChecks:
         if kept is not None:
             self._resident.pop(key).close()
         try:
-            resident = self._upload_case(problem, case)
+            resident = self._upload_case(problem, draw())
         except LaunchError:  # the GPU's memory is full: make room, once (the last draw may be in use)
             while len(self._resident) > 1:
                 self._resident.popitem(last=False)[1].close()
-            resident = self._upload_case(problem, case)
+            resident = self._upload_case(problem, draw())
         self._resident[key] = resident
         held = sum(r.nbytes for r in self._resident.values())
         while len(self._resident) > 2 and held > self.resident_bytes:

@@ -8,6 +8,7 @@ input sets against the copy-bandwidth floor measured in the same process.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import traceback
@@ -204,9 +205,9 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
     request's layout, and check it on the GPU (device_checks.py); return (checks, a device copy of
     each output as written, the draw as resident on the GPU). The caller closes the copies."""
     problem = request.problem
-    case = seeded_case(problem, seed)
+    draw = functools.partial(seeded_case, problem, seed)  # asked for only where the GPU lacks the draw
     gpu = device_checks.on(device)
-    resident = gpu.resident(_case_key(problem, seed), problem, case)
+    resident = gpu.resident(_case_key(problem, seed), problem, draw)
     guarded = GuardedBuffers(problem.buffers, request.input_layout, guard_bytes)
     buffers = _Buffers(problem, guarded.buffers)
     kept: dict[str, DeviceBuffer] = {}
@@ -228,7 +229,7 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
             else:
                 kept[p.name] = DeviceBuffer(p.nbytes)
                 kept[p.name].copy_from(got, p.nbytes)
-                checks.append(gpu.compare_output(p, got, resident, case, problem.tolerance(p.dtype)))
+                checks.append(gpu.compare_output(p, got, resident, draw, problem.tolerance(p.dtype)))
         if (bands := guarded.check()) is not None:
             checks.append(bands)
         return checks, kept, resident
@@ -255,10 +256,11 @@ def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
         checks_b, out_b, resident_b = _run_case(device, kernel, request, second_seed, guard_bytes)
         try:
             nbytes = {p.name: p.nbytes for p in request.problem.buffers}
-            cases = seeded_case(request.problem, first_seed), seeded_case(request.problem, second_seed)
+            draws = (functools.partial(seeded_case, request.problem, first_seed),
+                     functools.partial(seeded_case, request.problem, second_seed))
             fresh = fresh_outputs(
                 out_a,
-                references_differ=lambda name: gpu.references_differ(resident_a, resident_b, name, *cases),
+                references_differ=lambda name: gpu.references_differ(resident_a, resident_b, name, *draws),
                 outputs_same=lambda name: not gpu.differ(out_a[name], out_b[name], nbytes[name]))
             changed = device_checks.intact_check([resident_a, resident_b], gpu)
         finally:
@@ -270,7 +272,8 @@ def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
         c.name = f"{c.name} (seed {first_seed})"
     for c in checks_b:
         c.name = f"{c.name} (seed {second_seed})"
-    return checks_a + checks_b + [fresh] + ([changed] if changed else []), out_a
+    # a changed resident draw first: it is why the checks compared against it failed too
+    return ([changed] if changed else []) + checks_a + checks_b + [fresh], out_a
 
 
 def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buffers], DeviceArena | None]:
@@ -297,9 +300,9 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes, request.l2)
     launches = max(sets_needed, request.min_launches)
-    case = seeded_case(problem, request.seeds[0])
+    draw = functools.partial(seeded_case, problem, request.seeds[0])
     gpu = device_checks.on(device)
-    resident = gpu.resident(_case_key(problem, request.seeds[0]), problem, case)
+    resident = gpu.resident(_case_key(problem, request.seeds[0]), problem, draw)
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
     try:
         for buffers in sets:
@@ -329,7 +332,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
         verdict = timed_verdict(
             ({p.name: b.by_name[p.name] for p in outs} for b in sets), len(sets),
             same=lambda name, got: not gpu.differ(got, checked[name], params[name].nbytes),
-            judge=lambda name, got: gpu.compare_output(params[name], got, resident, case,
+            judge=lambda name, got: gpu.compare_output(params[name], got, resident, draw,
                                                        problem.tolerance(params[name].dtype)))
         verdict = device_checks.intact_check([resident], gpu) or verdict
         return graph, stream, verdict

@@ -128,15 +128,15 @@ def test_a_changed_resident_draw_fails_the_candidate_and_is_uploaded_again(gpu):
     problem = probes.copy_request(1 << 16).problem
     case = seeded_case(problem, 1)
     key = _case_key(problem, 1)
-    resident = gpu.resident(key, problem, case)
-    assert gpu.resident(key, problem, case) is resident and gpu.intact(resident)
+    resident = gpu.resident(key, problem, lambda: case)
+    assert gpu.resident(key, problem, lambda: case) is resident and gpu.intact(resident)
     assert device_checks.intact_check([resident], gpu) is None
     buffer = next(iter(resident.inputs.values()))
     DeviceBuffer.view(buffer.ptr + 1000, 1).upload(np.array([0x5A], dtype=np.uint8))  # a wild write
     assert not gpu.intact(resident)
     failed = device_checks.intact_check([resident], gpu)
     assert failed is not None and not failed.passed and "outside its buffers" in failed.detail
-    again = gpu.resident(key, problem, case)  # forgotten: a fresh upload, intact
+    again = gpu.resident(key, problem, lambda: case)  # forgotten: a fresh upload, intact
     assert again is not resident and gpu.intact(again)
     host = next(iter(case.inputs.values()))
     back = next(iter(again.inputs.values())).download(host.dtype, host.shape)
