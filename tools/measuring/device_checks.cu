@@ -87,22 +87,16 @@ __device__ void compare(const void* got, const double* __restrict__ ref, u64 n, 
     if (threadIdx.x == 0) partials[blockIdx.x] = all[0];
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) compare_bf16(const void* got, const double* ref, u64 n,
-                                                                    double neg_rtol, double atol, Found* partials) {
-    compare<element_bf16>(got, ref, n, neg_rtol, atol, partials);
-}
-extern "C" __global__ void __launch_bounds__(THREADS) compare_fp16(const void* got, const double* ref, u64 n,
-                                                                    double neg_rtol, double atol, Found* partials) {
-    compare<element_fp16>(got, ref, n, neg_rtol, atol, partials);
-}
-extern "C" __global__ void __launch_bounds__(THREADS) compare_fp32(const void* got, const double* ref, u64 n,
-                                                                    double neg_rtol, double atol, Found* partials) {
-    compare<element_fp32>(got, ref, n, neg_rtol, atol, partials);
-}
-extern "C" __global__ void __launch_bounds__(THREADS) compare_fp64(const void* got, const double* ref, u64 n,
-                                                                    double neg_rtol, double atol, Found* partials) {
-    compare<element_fp64>(got, ref, n, neg_rtol, atol, partials);
-}
+// One entry point per output dtype the host compares on the GPU (device_checks.COMPARED).
+#define COMPARE_KERNEL(NAME, ELEMENT)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS) NAME(const void* got, const double* ref, u64 n, \
+                                                               double neg_rtol, double atol, Found* partials) { \
+        compare<ELEMENT>(got, ref, n, neg_rtol, atol, partials);                                       \
+    }
+COMPARE_KERNEL(compare_bf16, element_bf16)
+COMPARE_KERNEL(compare_fp16, element_fp16)
+COMPARE_KERNEL(compare_fp32, element_fp32)
+COMPARE_KERNEL(compare_fp64, element_fp64)
 
 // `words` 16-byte words from the start (both buffers 16-byte aligned, or 0), then bytes to `n`.
 extern "C" __global__ void __launch_bounds__(THREADS) bytes_differ(const unsigned char* a, const unsigned char* b,
