@@ -39,8 +39,10 @@ def main() -> int:
     parser.add_argument("out")
     parser.add_argument("--kernel", default="silu_and_mul")
     parser.add_argument("--replay")
-    parser.add_argument("--results", default="out/agent-prompts/results.sqlite")
+    parser.add_argument("--results", help="the results store (default out/agent-prompts/KERNEL/results.sqlite: one "
+                        "per kernel, since the run's replay measures only the kernel it was made for)")
     args = parser.parse_args()
+    args.results = args.results or f"out/agent-prompts/{args.kernel}/results.sqlite"
     folder = suite.load(args.kernel)
     kernel = folder.baseline.source
     broken = kernel.replace("{", "{ undefined_helper();", 2).replace("{ undefined_helper();", "{", 1)

@@ -209,7 +209,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     winners = {s.label: s.search.best_config for s in report.shapes if s.search.best_config}
     seconds = budget.seconds if budget and budget.seconds else None
     deadline = _clock() + seconds * len(report.shapes) if seconds else None
-    plan = cross_plan(winners, report.shapes, spec.symbols, budget.evaluations if budget else None)
+    plan = cross_plan(winners, report.shapes, spec.symbols, budget.evaluations if budget else None,
+                      runs_at=lambda config, s: not isinstance(request("template", s.shape, config), Exclusion))
     if parallel > 1:  # measured all at once here, so that _general reads them from the store
         _prefetch_general(plan, request, evaluator, labels, deadline, parallel)
     report.general, report.general_us, measured, report.general_cut = _general(
@@ -297,46 +298,45 @@ class CrossPlan:
     bound: str | None = None
 
 
-def cross_plan(winners: dict[str, dict], shapes: list[ShapeResult], symbols: list[str],
-               per_shape: int | None) -> CrossPlan:
+def cross_plan(winners: dict[str, dict], shapes: list[ShapeResult], symbols: list[str], per_shape: int | None,
+               runs_at: Callable[[dict, ShapeResult], bool] = lambda config, shape: True) -> CrossPlan:
     """Every winner at every shape (winners x shapes evaluations), or, under an evaluation budget
-    (`per_shape`, --budget), at each shape only the winners of the shapes nearest it (distance as
-    the dispatch table's: the sum of |log a - log b| over the shape's symbols), up to `per_shape`
-    of them, and at every shape the winner of the most central shape, the general configuration's
-    one candidate. So the cross-measurement costs each shape no more than its own search did: every
-    winner everywhere was 289 evaluations for rmsnorm's 17 shapes (budget 8: 153 searched), and at
-    16384 tokens each is a large shape's evaluation. A winner from far away rarely wins (a shape's
-    best is most often its own, or a neighbour's whose search went further)."""
+    (`per_shape`, --budget), at each shape up to `per_shape` other winners, those of the shapes
+    nearest it (distance as the dispatch table's: the sum of |log a - log b| over the shape's
+    symbols; a configuration several shapes won is as near as the nearest of them), and at every
+    shape the most central winner that runs at every shape (`runs_at`), the general
+    configuration's one candidate. So the cross-measurement costs each shape no more than its own
+    search did: every winner everywhere was 289 evaluations for rmsnorm's 17 shapes (budget 8: 153
+    searched), and at 16384 tokens each is a large shape's evaluation. A winner from far away rarely
+    wins (a shape's best is most often its own, or a neighbour's whose search went further)."""
     unique: dict[tuple, tuple[dict, str]] = {}
-    for label, config in winners.items():
-        unique.setdefault(tuple(sorted(config.items())), (config, label))
+    won: dict[tuple, list[ShapeResult]] = {}
     by_label = {s.label: s for s in shapes}
+    for label, config in winners.items():
+        key = tuple(sorted(config.items()))
+        unique.setdefault(key, (config, label))
+        won.setdefault(key, []).append(by_label[label])
     if per_shape is None or per_shape >= len(unique) - 1:
         return CrossPlan(measurements=[(c, owner, list(shapes)) for c, owner in unique.values()])
 
-    def distance(a: ShapeResult, b: ShapeResult) -> float:
-        return sum(abs(math.log(a.shape[k]) - math.log(b.shape[k])) for k in symbols)
+    def distance(key: tuple, shape: ShapeResult) -> float:
+        return min(sum(abs(math.log(o.shape[k]) - math.log(shape.shape[k])) for k in symbols) for o in won[key])
 
-    owners = [by_label[owner] for _, owner in unique.values()]
-    central = min(owners, key=lambda o: (sum(distance(o, s) for s in shapes), o.label))
-    at: dict[tuple, list] = {key: [] for key in unique}
+    everywhere = [k for k, (config, _) in unique.items() if all(runs_at(config, s) for s in shapes)]
+    central = min(everywhere or list(unique), key=lambda k: (sum(distance(k, s) for s in shapes), unique[k][1]))
+    at: dict[tuple, list[ShapeResult]] = {key: [] for key in unique}
     for shape in shapes:
-        nearest = sorted(owners, key=lambda o: (distance(o, shape), o.label))
-        chosen = 0
-        for owner in nearest:
-            key = tuple(sorted(winners[owner.label].items()))
-            if owner is central or (chosen < per_shape and winners.get(shape.label) != winners[owner.label]):
-                at[key].append(shape)
-                chosen += owner is not central
-        if winners.get(shape.label) is not None:  # its own winner, measured by its search: stored
-            key = tuple(sorted(winners[shape.label].items()))
+        own = tuple(sorted(winners[shape.label].items())) if shape.label in winners else None
+        others = [k for k in sorted(unique, key=lambda k: (distance(k, shape), unique[k][1]))
+                  if k not in (own, central)]
+        for key in [central, *others[:per_shape], *([own] if own else [])]:  # its own: stored by its search
             if shape not in at[key]:
                 at[key].append(shape)
     return CrossPlan(
         measurements=[(config, owner, at[key]) for key, (config, owner) in unique.items() if at[key]],
-        bound=(f"each shape measured the winners of the {per_shape} shapes nearest it (--budget {per_shape}) and "
-               f"{central.label}'s winner, the general configuration's candidate, rather than every winner "
-               f"({len(unique)})"))
+        bound=(f"each shape measured up to {per_shape} other shapes' winners, those of the shapes nearest it "
+               f"(--budget {per_shape}), and at every shape {unique[central][1]}'s winner, the general "
+               f"configuration's candidate, rather than all {len(unique)} winners at every shape"))
 
 
 class _Requests:

@@ -255,10 +255,15 @@ class _ScaleOnHost:
             y[n] = 1.0
         if self.fault == "writes in front of its input":
             _at(x_buf.ptr - 2, ml_dtypes.bfloat16, 1)[0] = 1.0
-        if self.fault == "writes into the checks' memory" and self.checks is not None:
-            for resident in self.checks._resident.values():  # far past the bands: another allocation
+        if self.checks is not None:  # far past the bands: into the draws the checks keep on the GPU
+            kept = list(self.checks._resident.values())
+            second = [r for key, r in self.checks._resident.items() if key[-1] == 2]  # the seed-2 draw
+            hit = {"writes into the checks' memory": kept,
+                   "writes into the other draw, once": second if self.launches == 1 else [],
+                   "writes into the other draw while timed": second if self.launches > 2 else []}.get(self.fault, [])
+            for resident in hit:
                 target = next(iter(resident.inputs.values()))
-                _at(target.ptr, np.uint8, 1)[0] ^= 0x10
+                _at(target.ptr, np.uint8, 1)[0] += 1
 
 
 class _HostChecks(device_checks.DeviceChecks):
@@ -345,6 +350,9 @@ def host_gpu(monkeypatch):
     ("works only while checked", ["timed outputs", "input set 0 (of 3)", "NaN",
                                   "did not do the work the checks saw"]),
     ("writes into the checks' memory", ["resident draws", "wrote outside its buffers, past the guard bands"]),
+    # the second draw is on the GPU before the first launch: a write into it then is seen too
+    ("writes into the other draw, once", ["resident draws", "wrote outside its buffers"]),
+    ("writes into the other draw while timed", ["resident draws", "wrote outside its buffers"]),
 ])
 def test_the_evaluation_rejects_stray_writes_and_idle_timed_launches(host_gpu, layout, fault, needles):
     """The wiring of evaluate() itself, on host memory: the bands sit in the request's layout
@@ -364,7 +372,7 @@ def test_the_evaluation_rejects_stray_writes_and_idle_timed_launches(host_gpu, l
     assert result.status == "incorrect" and not result.fatal
     missing = [n for n in needles if n not in result.message]
     assert not missing, f"{missing} not in {result.message!r}"
-    if fault == "works only while checked":
+    if fault in ("works only while checked", "writes into the other draw while timed"):
         assert result.timing is not None  # kept as evidence: it timed a kernel doing nothing
     else:
         assert result.timing is None  # rejected before timing

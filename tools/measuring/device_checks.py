@@ -164,7 +164,9 @@ class DeviceChecks:
             self._resident.pop(key).close()
         try:
             resident = self._upload_case(problem, draw())
-        except LaunchError:  # the GPU's memory is full: make room, once (the last draw may be in use)
+        except LaunchError as exc:  # the GPU's memory is full: make room, once (the last draw may be in use)
+            if "OUT_OF_MEMORY" not in str(exc):
+                raise
             while len(self._resident) > 1:
                 self._resident.popitem(last=False)[1].close()
             resident = self._upload_case(problem, draw())

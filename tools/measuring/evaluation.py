@@ -153,18 +153,25 @@ _CASES: OrderedDict[tuple, Case] = OrderedDict()
 CASES_KEPT_BYTES: int | None = None  # None: cases_kept_bytes() decides
 CASES_HOST_SHARE = 4
 HOST_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU of this host, visible here or not
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory.max")
 _CASES_KEPT_AT_LEAST = 2
 
 
 def cases_kept_bytes() -> int:
-    """CASES_KEPT_BYTES, or this host's memory over CASES_HOST_SHARE times its GPUs (the driver's
-    list of the host's GPUs, whatever CUDA_VISIBLE_DEVICES lets this process see), at least 4 GiB."""
+    """CASES_KEPT_BYTES, or this host's memory (or its container's limit) over CASES_HOST_SHARE times
+    its GPUs (the driver's list of the host's GPUs, whatever CUDA_VISIBLE_DEVICES lets this process
+    see), at least 4 GiB."""
     if CASES_KEPT_BYTES is not None:
         return CASES_KEPT_BYTES
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, OSError, ValueError):
         return 4 << 30
+    try:  # a container's limit, where it has one (cgroup v2), is the host's memory to this worker
+        limit = CGROUP_MEMORY.read_text().strip()
+        memory = min(memory, int(limit)) if limit.isdigit() else memory
+    except OSError:
+        pass
     gpus = len(list(HOST_GPUS.iterdir())) if HOST_GPUS.is_dir() else 1
     return max(4 << 30, memory // (CASES_HOST_SHARE * max(1, gpus)))
 
@@ -199,15 +206,20 @@ def _case_key(problem: Problem, seed: int) -> tuple:
     return (problem.label, tuple(problem.params), repr(problem.make_case), seed)
 
 
-def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int,
-              guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, DeviceBuffer], ResidentCase]:
-    """Launch once on a seeded draw, its buffers between guard bands (tools/measuring/guards.py) in the
-    request's layout, and check it on the GPU (device_checks.py); return (checks, a device copy of
-    each output as written, the draw as resident on the GPU). The caller closes the copies."""
+def _resident(device: Device, problem: Problem, seed: int) -> ResidentCase:
+    """The seeded draw on the GPU (device_checks.py), drawn on the host only where the GPU lacks it."""
+    return device_checks.on(device).resident(_case_key(problem, seed), problem,
+                                             functools.partial(seeded_case, problem, seed))
+
+
+def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int, resident: ResidentCase,
+              guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, DeviceBuffer]]:
+    """Launch once on a seeded draw (`resident`: it on the GPU), its buffers between guard bands
+    (tools/measuring/guards.py) in the request's layout, and check it on the GPU (device_checks.py);
+    return (checks, a device copy of each output as written). The caller closes the copies."""
     problem = request.problem
-    draw = functools.partial(seeded_case, problem, seed)  # asked for only where the GPU lacks the draw
+    draw = functools.partial(seeded_case, problem, seed)  # asked for only for outputs compared on the host
     gpu = device_checks.on(device)
-    resident = gpu.resident(_case_key(problem, seed), problem, draw)
     guarded = GuardedBuffers(problem.buffers, request.input_layout, guard_bytes)
     buffers = _Buffers(problem, guarded.buffers)
     kept: dict[str, DeviceBuffer] = {}
@@ -232,7 +244,7 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
                 checks.append(gpu.compare_output(p, got, resident, draw, problem.tolerance(p.dtype)))
         if (bands := guarded.check()) is not None:
             checks.append(bands)
-        return checks, kept, resident
+        return checks, kept
     except BaseException:
         _close(kept)
         raise
@@ -245,15 +257,19 @@ def _close(buffers: dict[str, DeviceBuffer] | None) -> None:
         buffer.close()
 
 
-def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
-           guard_bytes: int = GUARD_BYTES) -> tuple[list[Check], dict[str, DeviceBuffer]]:
-    """Both seeded draws; returns the checks and the first draw's outputs (device copies, which
-    the caller closes), which the timed launches (on that draw's inputs) must reproduce."""
+def _check(device: Device, kernel: Kernel, request: EvaluationRequest, guard_bytes: int = GUARD_BYTES
+           ) -> tuple[list[Check], dict[str, DeviceBuffer], list[ResidentCase]]:
+    """Both seeded draws; returns the checks, the first draw's outputs (device copies, which the
+    caller closes), which the timed launches (on that draw's inputs) must reproduce, and the two
+    draws on the GPU. Both are on the GPU before the first launch, so a launch that writes into
+    either is seen by the checksums after the second."""
     gpu = device_checks.on(device)
     first_seed, second_seed = request.seeds
-    checks_a, out_a, resident_a = _run_case(device, kernel, request, first_seed, guard_bytes)
+    resident_a = _resident(device, request.problem, first_seed)
+    resident_b = _resident(device, request.problem, second_seed)
+    checks_a, out_a = _run_case(device, kernel, request, first_seed, resident_a, guard_bytes)
     try:
-        checks_b, out_b, resident_b = _run_case(device, kernel, request, second_seed, guard_bytes)
+        checks_b, out_b = _run_case(device, kernel, request, second_seed, resident_b, guard_bytes)
         try:
             nbytes = {p.name: p.nbytes for p in request.problem.buffers}
             draws = (functools.partial(seeded_case, request.problem, first_seed),
@@ -273,7 +289,7 @@ def _check(device: Device, kernel: Kernel, request: EvaluationRequest,
     for c in checks_b:
         c.name = f"{c.name} (seed {second_seed})"
     # a changed resident draw first: it is why the checks compared against it failed too
-    return ([changed] if changed else []) + checks_a + checks_b + [fresh], out_a
+    return ([changed] if changed else []) + checks_a + checks_b + [fresh], out_a, [resident_a, resident_b]
 
 
 def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buffers], DeviceArena | None]:
@@ -288,21 +304,22 @@ def _rotating_sets(problem: Problem, count: int, layout: str) -> tuple[list[_Buf
 
 
 def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
-          checked: dict[str, DeviceBuffer] | None = None) -> tuple[Timing, Timing | None, Check | None]:
+          checked: dict[str, DeviceBuffer] | None = None, drawn: list[ResidentCase] | None = None
+          ) -> tuple[Timing, Timing | None, Check | None]:
     """Graph-replayed and stream timings over enough input sets to keep L2 cold (or over one set,
     left resident in L2 by the launch before, for `l2="warm"`).
 
     Given the checked launch's outputs (device copies), the sets' outputs are poisoned before
     timing and must hold those outputs after it (correctness.timed_verdict, compared on the GPU);
-    the verdict comes back third, or the "resident draws" check if the timed launches changed the
-    draw kept on the GPU.
+    the verdict comes back third, or the "resident draws" check if the timed launches changed a
+    draw kept on the GPU (the one timed, or those of `drawn`: the checks' two).
     """
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes, request.l2)
     launches = max(sets_needed, request.min_launches)
     draw = functools.partial(seeded_case, problem, request.seeds[0])
     gpu = device_checks.on(device)
-    resident = gpu.resident(_case_key(problem, request.seeds[0]), problem, draw)
+    resident = _resident(device, problem, request.seeds[0])
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
     try:
         for buffers in sets:
@@ -334,7 +351,8 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
             same=lambda name, got: not gpu.differ(got, checked[name], params[name].nbytes),
             judge=lambda name, got: gpu.compare_output(params[name], got, resident, draw,
                                                        problem.tolerance(params[name].dtype)))
-        verdict = device_checks.intact_check([resident], gpu) or verdict
+        watched = [resident] + [r for r in drawn or [] if r is not resident]
+        verdict = device_checks.intact_check(watched, gpu) or verdict
         return graph, stream, verdict
     finally:
         for buffers in sets:
@@ -353,7 +371,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
     """
     started = time.perf_counter()
     phases = _PhaseClock()
-    checked = None  # the checked launch's outputs, on the GPU
+    checked, drawn = None, None  # the checked launch's outputs and the checks' draws, on the GPU
     result = EvaluationResult(
         status="ok", label=request.label, kernel=request.kernel, device=device.properties.name,
         arch=device.properties.arch, bytes_moved=request.problem.bytes_moved,
@@ -381,7 +399,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
         )
         if request.check:
             with phases("check"):
-                result.checks, checked = _check(device, kernel, request, guard_bytes)
+                result.checks, checked, drawn = _check(device, kernel, request, guard_bytes)
             if not result.correct:
                 failed = [c for c in result.checks if not c.passed]
                 result.status = "incorrect"
@@ -389,7 +407,7 @@ def evaluate(device: Device, request: EvaluationRequest, *, compile_timeout_s: f
                 return result
         if request.time:
             with phases("time"):
-                result.timing, result.stream_timing, timed = _time(device, kernel, request, checked)
+                result.timing, result.stream_timing, timed = _time(device, kernel, request, checked, drawn)
             if timed is not None:
                 result.checks.append(timed)
                 if not timed.passed:  # the times stay, as evidence: they timed a kernel doing nothing

@@ -122,5 +122,10 @@ class Problem:
                         f"input {p.name!r} is {arr.dtype}{list(arr.shape)}, "
                         f"the problem says {p.dtype}{list(p.shape)}"
                     )
-            if p.role in ("out", "inout") and p.name not in case.expected:
-                raise LaunchArgumentError(f"case has no expected output for {p.name!r}")
+            if p.role in ("out", "inout"):
+                ref = case.expected.get(p.name)
+                if ref is None:
+                    raise LaunchArgumentError(f"case has no expected output for {p.name!r}")
+                if ref.shape != p.shape:  # the GPU's comparison reads as many elements as the output has
+                    raise LaunchArgumentError(
+                        f"expected output {p.name!r} is {list(ref.shape)}, the problem says {list(p.shape)}")

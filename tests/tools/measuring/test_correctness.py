@@ -153,6 +153,12 @@ def test_draws_kept_are_a_share_of_the_host_s_memory_split_among_its_gpus(monkey
     for bus in ("0000:18:00.0", "0000:2a:00.0"):
         (gpus / bus).mkdir(parents=True)
     monkeypatch.setattr(evaluation, "HOST_GPUS", gpus)
+    monkeypatch.setattr(evaluation, "CGROUP_MEMORY", tmp_path / "no cgroup")
+    assert evaluation.cases_kept_bytes() == (256 << 30) // 8
+    (tmp_path / "memory.max").write_text(f"{64 << 30}\n")  # a container's limit counts
+    monkeypatch.setattr(evaluation, "CGROUP_MEMORY", tmp_path / "memory.max")
+    assert evaluation.cases_kept_bytes() == (64 << 30) // 8
+    (tmp_path / "memory.max").write_text("max\n")
     assert evaluation.cases_kept_bytes() == (256 << 30) // 8
     monkeypatch.setattr(evaluation, "HOST_GPUS", tmp_path / "none")  # no NVIDIA driver here: one share
     assert evaluation.cases_kept_bytes() == (256 << 30) // 4
