@@ -22,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from astra_kernels.tools.errors import WorkerError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
@@ -34,9 +34,10 @@ from .runtime import ray_module
 # worker kills a hung kernel itself, so an actor silent this long is itself stuck, and is replaced.
 ANSWER_GRACE_S = 120.0
 LOST_RETRIES = 2  # an evaluation whose worker was lost is asked again this many times
-# A GPU worker's host share: its child process uploads inputs, checks outputs against the float64
-# reference and launches, all on a CPU (the checks were half of an evaluation's wall time on two
-# H200s, 2026-11-26: docs/scaling.md). Ray counts it against the node's CPUs, so the compile tasks
+# A GPU worker's host share: its child process draws each problem's inputs and float64 reference
+# (NumPy, seconds at the largest shapes: the bound of run G, docs/scaling.md) and launches, on a CPU
+# (the checks, half of an evaluation on two H200s before, now run on the GPU: device_checks.py).
+# Ray counts it against the node's CPUs, so the compile tasks
 # (tools/cluster/compiling.py, one CPU each) leave a core per GPU worker; what that changes was not
 # measured apart from the rest. A node needs a CPU per GPU for all its GPUs to get a worker. A
 # replay worker only sleeps: it holds none.
@@ -54,6 +55,7 @@ class Slot:
     done: int = 0
     alive: bool = True
     replaces: int | None = None  # the slot whose lost actor this one replaced
+    drawn: set[str] = field(default_factory=set)  # the problems (labels) whose draws its worker holds
 
     @property
     def kind(self) -> str:
@@ -141,7 +143,13 @@ class WorkerPool:
         with self._lock:
             return [s for s in self.slots if s.alive and (kind is None or s.kind == kind)]
 
-    def _acquire(self, kind: str, label: str) -> Slot:
+    def _acquire(self, kind: str, label: str, problem: str = "") -> Slot:
+        """An idle `kind` worker, waiting for one: one that has drawn `problem` (a problem's label)
+        where one is idle, else the longest idle. A worker draws each problem's inputs and float64
+        reference on the host the first time it meets it (seconds at 16384 tokens), and on two
+        H100s every worker drew every problem, 114 draws for 57 problems, the bound of that run
+        (docs/scaling.md, run G); a search's next candidate mostly finds the worker that measured
+        its last one idle. No caller ever waits for a busy worker that holds its draw."""
         with self._lock:
             while not self._idle.get(kind):
                 if self._closed:
@@ -149,8 +157,12 @@ class WorkerPool:
                 if not self.live(kind) and not self._starting:
                     raise WorkerError(f"no {kind} worker is left in the cluster (lost: {'; '.join(self.lost)})")
                 self._lock.wait(1.0)
-            slot = self._idle[kind].popleft()
+            idle = self._idle[kind]
+            slot = next((s for s in idle if problem and problem in s.drawn), idle[0])
+            idle.remove(slot)
             slot.doing = label
+            if problem:
+                slot.drawn.add(problem)
             return slot
 
     def _release(self, slot: Slot) -> None:
@@ -166,7 +178,7 @@ class WorkerPool:
         toolchain failure in the worker (raised, as the local worker raises it), no worker left, or
         the pool closed. A lost worker's evaluation is a "lost" result (KindView asks again)."""
         ray = self._ray
-        slot = self._acquire(kind, request.label or request.kernel)
+        slot = self._acquire(kind, request.label or request.kernel, request.problem.label)
         started = time.perf_counter()
         deadline = (timeout_s or self.timeout_s) + ANSWER_GRACE_S
         try:

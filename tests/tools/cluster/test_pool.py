@@ -54,3 +54,17 @@ def test_closing_the_pool_stops_what_waits_on_it(cluster):
 def test_no_gpu_in_the_cluster_is_one_line(cluster):
     with pytest.raises(WorkerError, match="no GPU to put an evaluation worker on"):
         WorkerPool(0)
+
+
+def test_a_problem_goes_back_to_the_idle_worker_that_drew_it(cluster):
+    """A worker draws a problem's inputs and reference the first time it meets it (seconds at the
+    largest shapes), so where the worker that drew it is idle, the problem goes there rather than to
+    the longest idle one."""
+    requests = _Requests(replay.FOLDER, "bf16", "default", limits_for("sm_90", None, None))
+    first, second = (requests.request("baseline", shape) for shape in replay.SHAPES[:2])
+    with WorkerPool(2, recordings=[replay.recording()], gpus_per_worker=0.5) as pool:
+        view = pool.view("NVIDIA H200")
+        for request in (first, second, second, first, first, second):  # always both idle
+            assert view.evaluate(request).status == "ok"
+        drawn = sorted(sorted(slot.drawn) for slot in pool.slots)
+    assert drawn == sorted([[first.problem.label], [second.problem.label]])
