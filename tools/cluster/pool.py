@@ -2,9 +2,11 @@
 
 One actor per GPU (host.py). Callers on many threads (a driver searching several shapes and
 kernels at once) each call `evaluate` and block until a worker of the kind they tune for is free
-and has answered; so work queued for the cluster goes to whichever GPU frees first, and a lost
+and has answered; so work queued for the cluster goes to a GPU as one frees, and a lost
 node's share simply goes to the others. Only measurements of one GPU kind are ever compared: a
-caller holds a `KindView`, whose device is that kind's and whose evaluations go to it alone.
+caller holds a `KindView`, whose device is that kind's and whose evaluations go to it alone. A
+worker draws each problem's inputs and reference when it first meets it, so a problem goes back to
+the worker that drew it where that is cheaper than drawing it again (`match`).
 
 Faults. A kernel that faults or hangs is the actor's EvaluationWorker's to survive (its child
 dies, the result says crashed or timeout, as it does locally). An actor that dies itself (its
@@ -18,6 +20,7 @@ kind has no worker left and none starting, its callers get a WorkerError naming 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -56,6 +59,7 @@ class Slot:
     alive: bool = True
     replaces: int | None = None  # the slot whose lost actor this one replaced
     drawn: set[str] = field(default_factory=set)  # the problems (labels) whose draws its worker holds
+    problem: str = ""  # the problem it evaluates now
 
     @property
     def kind(self) -> str:
@@ -64,6 +68,55 @@ class Slot:
     @property
     def where(self) -> str:
         return f"{self.device.get('host', '?')} GPU {self.device.get('gpu', '?')}"
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A caller waiting in `WorkerPool._acquire` for a worker."""
+
+    kind: str
+    problem: str  # the label of the problem it evaluates ("" for none)
+    since: float  # time.monotonic() when it began to wait
+    order: int  # arrival
+
+
+def steal_at(waiter: Waiter, draw_s: dict[str, float]) -> float:
+    """When `waiter` stops waiting for the busy worker that drew its problem and takes another:
+    once it has waited as long as the problem's first evaluation took (its draw in it), an upper
+    bound of what drawing it again costs. Never while that first evaluation runs (its draw is
+    not known yet, and is over when it ends)."""
+    return waiter.since + draw_s.get(waiter.problem, float("inf"))
+
+
+def match(idle: list[Slot], waiting: list[Waiter], live: list[Slot], draw_s: dict[str, float],
+          now: float) -> dict[Waiter, Slot]:
+    """Which waiter takes which idle worker now, all of one GPU kind; `idle` longest idle first,
+    `waiting` in arrival order. In turn: a worker goes to a waiter whose problem it has drawn;
+    then to one whose problem is drawn on fewer live workers than evaluations of it want one now
+    (none has drawn it; or a shape searched several configurations at a time); then to one past
+    `steal_at`. A waiter whose problem a busy worker holds waits for it until then: at 16384
+    tokens a draw (10-40 s) outlasts the drawer's evaluation many times, while at small shapes
+    (draws of milliseconds) it waits for nothing. Oldest waiter first at each step; a worker
+    nobody may take stays idle."""
+    def covered(problem: str) -> bool:
+        """Drawn on as many live workers as evaluations of it want one now."""
+        drawers = sum(problem in s.drawn for s in live)
+        wanting = sum(w.problem == problem for w in waiting) + sum(s.problem == problem for s in live)
+        return bool(problem) and drawers >= wanting
+
+    held = {w.problem for w in waiting if covered(w.problem)}
+    steps = (lambda w, s: bool(w.problem) and w.problem in s.drawn,
+             lambda w, s: w.problem not in held,
+             lambda w, s: now >= steal_at(w, draw_s))
+    chosen: dict[Waiter, Slot] = {}
+    free = list(idle)
+    for may_take in steps:
+        for slot in list(free):
+            taker = next((w for w in waiting if w not in chosen and may_take(w, slot)), None)
+            if taker is not None:
+                chosen[taker] = slot
+                free.remove(slot)
+    return chosen
 
 
 class WorkerPool:
@@ -91,6 +144,9 @@ class WorkerPool:
         self._lock = threading.Condition()
         self.slots: list[Slot] = []
         self._idle: dict[str, deque[Slot]] = {}
+        self._waiting: list[Waiter] = []  # callers waiting for a worker, in arrival order
+        self._arrivals = itertools.count()
+        self._draw_s: dict[str, float] = {}  # problem -> the wall time of its first evaluation on a worker
         self._starting = 0
         self._closed = False
         self.lost: list[str] = []  # what was lost, in words, for the report
@@ -143,31 +199,41 @@ class WorkerPool:
         with self._lock:
             return [s for s in self.slots if s.alive and (kind is None or s.kind == kind)]
 
-    def _acquire(self, kind: str, label: str, problem: str = "") -> Slot:
-        """An idle `kind` worker, waiting for one: one that has drawn `problem` (a problem's label)
-        where one is idle, else the longest idle. A worker draws each problem's inputs and float64
-        reference on the host the first time it meets it (seconds at 16384 tokens), and on two
-        H100s every worker drew every problem, 114 draws for 57 problems, the bound of that run
-        (docs/scaling.md, run G); a search's next candidate mostly finds the worker that measured
-        its last one idle. No caller ever waits for a busy worker that holds its draw."""
+    def _acquire(self, kind: str, label: str, problem: str = "") -> tuple[Slot, bool]:
+        """An idle `kind` worker for an evaluation of `problem` (a problem's label), waiting for one
+        as `match` decides; with whether the worker meets the problem for the first time (so draws
+        it). A worker draws each problem's inputs and float64 reference on the host the first time
+        it meets it (10-40 s at 16384 tokens), and on two H100s, each caller taking the longest
+        idle worker, every worker drew every problem, 114 draws for 57 (docs/scaling.md, run G)."""
         with self._lock:
-            while not self._idle.get(kind):
-                if self._closed:
-                    raise WorkerError("the cluster's workers were stopped")
-                if not self.live(kind) and not self._starting:
-                    raise WorkerError(f"no {kind} worker is left in the cluster (lost: {'; '.join(self.lost)})")
-                self._lock.wait(1.0)
-            idle = self._idle[kind]
-            slot = next((s for s in idle if problem and problem in s.drawn), idle[0])
-            idle.remove(slot)
-            slot.doing = label
+            me = Waiter(kind, problem, time.monotonic(), next(self._arrivals))
+            self._waiting.append(me)
+            try:
+                while True:
+                    if self._closed:
+                        raise WorkerError("the cluster's workers were stopped")
+                    if not self.live(kind) and not self._starting:
+                        raise WorkerError(f"no {kind} worker is left in the cluster (lost: {'; '.join(self.lost)})")
+                    now = time.monotonic()
+                    waiting = [w for w in self._waiting if w.kind == kind]
+                    chosen = match(list(self._idle.get(kind, ())), waiting, self.live(kind), self._draw_s, now)
+                    if me in chosen:
+                        break
+                    self._lock.wait(max(0.01, min([1.0] + [steal_at(w, self._draw_s) - now for w in waiting])))
+            finally:
+                self._waiting.remove(me)
+                self._lock.notify_all()  # the matching changed for the others
+            slot = chosen[me]
+            self._idle[kind].remove(slot)
+            slot.doing, slot.problem = label, problem
+            first = bool(problem) and problem not in slot.drawn
             if problem:
                 slot.drawn.add(problem)
-            return slot
+            return slot, first
 
     def _release(self, slot: Slot) -> None:
         with self._lock:
-            slot.doing = ""
+            slot.doing = slot.problem = ""
             slot.done += 1
             if slot.alive:
                 self._idle.setdefault(slot.kind, deque()).append(slot)
@@ -178,7 +244,8 @@ class WorkerPool:
         toolchain failure in the worker (raised, as the local worker raises it), no worker left, or
         the pool closed. A lost worker's evaluation is a "lost" result (KindView asks again)."""
         ray = self._ray
-        slot = self._acquire(kind, request.label or request.kernel, request.problem.label)
+        problem = request.problem.label
+        slot, first = self._acquire(kind, request.label or request.kernel, problem)
         started = time.perf_counter()
         deadline = (timeout_s or self.timeout_s) + ANSWER_GRACE_S
         try:
@@ -204,13 +271,16 @@ class WorkerPool:
                 wall_seconds=time.perf_counter() - started,
                 message=f"the worker on {slot.where} was lost while measuring this ({why}); not stored, so a "
                         "re-run measures it again; a replacement is started where a GPU and a CPU are free")
+        if first:
+            with self._lock:
+                self._draw_s[problem] = max(self._draw_s.get(problem, 0.0), time.perf_counter() - started)
         self._release(slot)
         return result
 
     def _lose(self, slot: Slot, why: str) -> None:
         """Mark `slot` dead, kill what is left of its actor, and start its replacement."""
         with self._lock:
-            slot.alive, slot.doing = False, ""
+            slot.alive, slot.doing, slot.problem = False, "", ""
             self.lost.append(f"{slot.where} ({why})")
             self._starting += 1
             self._lock.notify_all()

@@ -1,0 +1,131 @@
+"""Which waiting evaluation takes which idle worker (pool.match): a worker draws a problem's inputs
+and float64 reference the first time it meets it (10-40 s at 16384 tokens, run G of
+docs/scaling.md, where every worker drew every problem), so a problem goes back to its drawer
+unless drawing it again is cheaper than waiting. Pure functions, no Ray: the pool itself is
+tested in test_pool.py."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from astra_kernels.tools.cluster.pool import Slot, Waiter, match, steal_at
+
+KIND = "NVIDIA H100"
+
+
+def slots(count: int) -> list[Slot]:
+    return [Slot(index=i, handle=None, device={"name": KIND}) for i in range(count)]
+
+
+def waiter(problem: str, since: float = 0.0, order: int = 0) -> Waiter:
+    return Waiter(KIND, problem, since, order)
+
+
+def test_a_worker_goes_to_the_waiter_whose_problem_it_drew_before_an_older_one():
+    a, b = slots(2)
+    a.drawn, b.drawn, b.problem = {"p"}, {"q"}, "q"
+    old, mine = waiter("new", order=0), waiter("p", order=1)
+    assert match([a], [old, mine], [a, b], {}, now=0.0) == {mine: a}
+
+
+def test_a_problem_whose_drawer_is_busy_waits_until_drawing_it_again_would_cost_less():
+    a, b = slots(2)
+    a.drawn, a.problem = {"p"}, "q"  # a drew p and measures q now
+    b.drawn = {"r"}
+    w = waiter("p", since=10.0)
+    draw_s = {"p": 20.0}  # p's first evaluation took 20 s
+    assert steal_at(w, draw_s) == 30.0
+    assert match([b], [w], [a, b], draw_s, now=29.9) == {}  # b stays idle
+    assert match([b], [w], [a, b], draw_s, now=30.0) == {w: b}
+    # while p's first evaluation runs, what it costs is not known: no stealing at all
+    assert match([b], [w], [a, b], {}, now=1e9) == {}
+
+
+def test_a_problem_nobody_drew_takes_the_idle_worker_before_one_waiting_for_its_drawer():
+    a, b = slots(2)
+    a.drawn, a.problem = {"p"}, "q"
+    waiting = [waiter("p", order=0), waiter("new", order=1)]
+    chosen = match([b], waiting, [a, b], {"p": 0.0}, now=0.0)  # p could steal at once, but need not
+    assert chosen == {waiting[1]: b}
+
+
+def test_a_lost_drawer_holds_nothing():
+    a, b = slots(2)
+    a.drawn = {"p"}  # a is lost: not among the live
+    w = waiter("p")
+    assert match([b], [w], [b], {}, now=0.0) == {w: b}
+
+
+def test_a_problem_wanted_by_more_evaluations_than_its_drawers_is_drawn_again_at_once():
+    """A shape searched several configurations at a time (one shape on many GPUs) draws on each."""
+    a, b, c = slots(3)
+    a.drawn, a.problem = {"p"}, "p"
+    waiting = [waiter("p", order=0), waiter("p", order=1)]
+    assert match([b, c], waiting, [a, b, c], {}, now=0.0) == {waiting[0]: b, waiting[1]: c}
+
+
+def simulate(problems: dict[str, tuple[int, float]], workers: int, evaluation_s: float,
+             think_s: float = 0.05) -> tuple[float, int]:
+    """Each problem p a sequential search of `problems[p][0]` evaluations (its own thread, asking
+    again `think_s` after an answer comes: storing it, proposing the next), on `workers` workers
+    under `match`; the first evaluation of p on a worker costs `problems[p][1]` more (its draw).
+    Returns the makespan and the number of draws."""
+    pool = slots(workers)
+    idle = list(pool)
+    left = {p: count for p, (count, _) in problems.items()}
+    order = itertools.count()
+    waiting = [Waiter(KIND, p, 0.0, next(order)) for p in problems]
+    first_s: dict[str, float] = {}
+    events: list[tuple[float, int, str, int]] = []  # (ends, slot, problem, draws)
+    asking: list[tuple[float, str]] = []  # (asks again at, problem)
+    now, draws = 0.0, 0
+    while waiting or events or asking:
+        for w, slot in match(idle, waiting, pool, first_s, now).items():
+            waiting.remove(w)
+            idle.remove(slot)
+            drawing = w.problem not in slot.drawn
+            slot.drawn.add(w.problem)
+            slot.problem = w.problem
+            draws += drawing
+            heapq.heappush(events, (now + evaluation_s + problems[w.problem][1] * drawing, slot.index, w.problem, drawing))
+        steals = [steal_at(w, first_s) for w in waiting]
+        ends = events[0][0] if events else float("inf")
+        now = min([ends] + [t for t, _ in asking] + [t for t in steals if t > now])
+        assert now < float("inf"), "waiters that nothing will ever serve"
+        while events and events[0][0] <= now:
+            _, index, problem, drawing = heapq.heappop(events)
+            slot = pool[index]
+            slot.problem = ""
+            idle.append(slot)
+            if drawing:
+                first_s[problem] = max(first_s.get(problem, 0.0), evaluation_s + problems[problem][1])
+            left[problem] -= 1
+            if left[problem]:
+                heapq.heappush(asking, (now + think_s, problem))
+        while asking and asking[0][0] <= now:
+            waiting.append(Waiter(KIND, heapq.heappop(asking)[1], now, next(order)))
+    return now, draws
+
+
+def test_run_gs_bound_each_problem_is_drawn_once_and_both_workers_stay_busy():
+    """Run G's case: many shapes searched at once on two GPUs, draws far dearer than evaluations."""
+    problems = {f"shape{i}": (7, 5.0 * (1 + i % 4)) for i in range(12)}  # draws of 5 to 20 s
+    makespan, draws = simulate(problems, workers=2, evaluation_s=0.3)
+    # each caller taking the longest idle worker draws 24 here, every problem on both; a problem is
+    # drawn again only where its drawer is busy with a draw longer than its own
+    assert draws <= 14
+    work = sum(draw for _, draw in problems.values()) + 12 * 7 * 0.3
+    assert makespan <= work / 2 + 20.0 + 7 * (0.3 + 0.05)  # at most one problem's worth of imbalance
+
+
+def test_cheap_draws_are_spread_so_that_no_worker_idles():
+    problems = {f"shape{i}": (20, 0.001) for i in range(3)}
+    makespan, _ = simulate(problems, workers=3, evaluation_s=1.0)
+    assert makespan < 20 * (1.0 + 0.05) + 1.0  # each search runs without waiting for anyone
+
+
+def test_the_tail_waits_for_its_drawer_rather_than_draw_again():
+    """Two problems left, both drawn on one worker, the other idle: waiting 0.3 s beats a 20 s draw."""
+    makespan, draws = simulate({"big": (10, 20.0), "small": (1, 20.0)}, workers=2, evaluation_s=0.3)
+    assert draws == 2 and makespan <= 20.0 + 10 * (0.3 + 0.05) + 0.01
