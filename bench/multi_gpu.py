@@ -15,8 +15,9 @@ around the best so far, so where two configurations are within the timing spread
 runs can go on to measure different ones (2026-11-26, run E: 8 of silu_and_mul 16x12288's 12 trials
 the same), and their tables can differ there.
 
-Tables are compared per shape: the best configuration's median in the W-worker run against the
-one-worker run's, and whether it is the same configuration; "within spread" means the two medians
+Tables are compared per shape: the median of the W-worker run's dispatch table's pick (what a user
+ships; the searches' own bests were compared up to run G of docs/scaling.md) against the one-worker
+run's, and whether it is the same configuration; "within spread" means the two medians
 differ by no more than the sum of their measured spreads (each the (max - min) / median of its
 timing samples) plus 2%, an allowance for what moves between two runs (clocks, which GPU) and one
 run's spread cannot see.
@@ -117,42 +118,49 @@ def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict
            "out": str(out)}
     if kill_after is not None:
         run["killed"] = killed or "no worker was running to kill"
-    try:
-        reports = json.loads((out / "stdout.json").read_text() or "[]")
-    except json.JSONDecodeError:
-        reports = []
-    run["reports"] = reports if isinstance(reports, list) else [reports]
+    run["reports"] = reports_of(out)
     run["best"] = best_by_shape(run["reports"], out)
     return run
 
 
 def best_by_shape(reports: list[dict], out: Path) -> dict:
-    """(kernel, shape label) -> the search's best configuration, its median and spread, and the
-    GPUs that measured the run, read from each kernel's report and results store."""
+    """(kernel, shape label) -> what the run's dispatch table picks there (the table a user ships:
+    the search's best, or a configuration the cross-measurement found faster there, or the
+    baseline), its median and spread, and the GPU that measured it, from each kernel's report and
+    results store; with the search's own best beside it."""
     best = {}
     for report in reports:
         kernel = report["kernel"]
         folder = out / kernel if len(reports) > 1 else out  # `astra tune`'s --out: OUT/KERNEL for several
         with ResultsStore(folder / "results.sqlite", read_only=True) as store:
-            rows = store.rows(kernel=kernel, which="template", status="ok")
+            rows = store.rows(kernel=kernel, status="ok")
             lost = store.count(status="lost")
+        entries = (report.get("dispatch") or {}).get("entries") or []
         for shape in report["shapes"]:
-            search = shape["search"]
-            if search["best_config"] is None:
-                best[f"{kernel} {shape['label']}"] = None
+            label = f"{kernel} {shape['label']}"
+            entry = next((e for e in entries if e["shape"] == shape["shape"]), None)
+            row = entry and next((r for r in rows if r["shape"] == shape["shape"] and r["which"] == entry["source"]
+                                  and r["config"] == (entry["config"] or {})), None)
+            if row is None:  # no pick, or one the store has no ok row of: not comparable
+                best[label] = None
                 continue
-            row = next((r for r in rows if r["shape"] == shape["shape"] and r["config"] == search["best_config"]), None)
-            if row is None:  # a best the store has no ok row of: not comparable
-                best[f"{kernel} {shape['label']}"] = None
-                continue
-            best[f"{kernel} {shape['label']}"] = {"config": search["best_config"], "median_us": row["median_us"],
-                                                  "spread": row["spread"], "gpu": row["result"].get("gpu"),
-                                                  "lost_rows": lost}
+            best[label] = {"config": entry["config"], "source": entry["source"], "median_us": row["median_us"],
+                           "spread": row["spread"], "gpu": row["result"].get("gpu"), "lost_rows": lost,
+                           "search_config": shape["search"]["best_config"]}
     return best
 
 
+def reports_of(out: Path) -> list[dict]:
+    """A run's reports, as `astra tune --json` wrote them to OUT/stdout.json (none for a run cut short)."""
+    try:
+        reports = json.loads((out / "stdout.json").read_text() or "[]")
+    except (OSError, json.JSONDecodeError):
+        reports = []
+    return reports if isinstance(reports, list) else [reports]
+
+
 def compare(one: dict, other: dict) -> dict:
-    """Shape by shape: the other run's best against the one-worker run's."""
+    """Shape by shape: the other run's table's pick against the one-worker run's."""
     rows, within, same = [], 0, 0
     for label, mine in one.items():
         theirs = other.get(label)
@@ -308,6 +316,16 @@ def analyse(folder: Path) -> int:
             parts.append(f"{phase} {share:.0%} of 1 worker's, x{ratio:.3f} at 2")
         console.print(f"{len(phased)} of them by phase (summed over the evaluations): " + "; ".join(parts),
                       highlight=False)
+    first = best_by_shape(reports_of(folder / "w1"), folder / "w1")
+    for other in sorted(p.name for p in folder.glob("w*") if p.name != "w1" and (p / "stdout.json").exists()):
+        c = compare(first, best_by_shape(reports_of(folder / other), folder / other))
+        apart = [r for r in c["rows"] if not r.get("within_spread")]
+        console.print(f"{other}'s tables against w1's: {c['within_spread']} of {c['shapes']} shapes within spread, "
+                      f"{c['same_config']} the same pick" + "".join(
+                          f"; {r['shape']}: " + ("missing" if r.get("missing") else
+                                                 f"{r['other_us']:.2f} us against {r['one_us']:.2f} (x{r['ratio']:.3f}, "
+                                                 f"allowed {r['allowed']:.3f}, {'same' if r['same_config'] else 'another'} pick)")
+                          for r in apart), highlight=False)
     return 0
 
 

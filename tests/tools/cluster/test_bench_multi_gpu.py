@@ -1,0 +1,51 @@
+"""bench/multi_gpu.py's analysis of a run's stores (no GPU, no Ray): run H's, shipped under
+docs/bench/multi-gpu-2026-11-26c/, give the figures docs/scaling.md quotes."""
+
+from __future__ import annotations
+
+import importlib.util
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+STORES = ROOT / "docs" / "bench" / "multi-gpu-2026-11-26c" / "run-h-stores.tgz"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_multi_gpu", ROOT / "bench" / "multi_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def run_h(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("run-h")
+    with tarfile.open(STORES) as packed:
+        # the data filter where this Python has it (3.11.4 on): the archive is the project's own
+        packed.extractall(folder, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return folder
+
+
+def test_the_tables_pick_is_compared_not_the_searchs_best(run_h):
+    """At silu_and_mul 16384x14336 the one-worker search's best ran 521.0 us; its table picks the
+    configuration the cross-measurement found faster there (464.95 us), as the two-worker run's does."""
+    bench = load_bench()
+    one = bench.best_by_shape(bench.reports_of(run_h / "w1"), run_h / "w1")
+    two = bench.best_by_shape(bench.reports_of(run_h / "w2"), run_h / "w2")
+    pick = one["silu_and_mul 16384x14336"]
+    assert pick["config"] != pick["search_config"] and pick["median_us"] == pytest.approx(464.95, abs=0.01)
+    assert pick["config"] == two["silu_and_mul 16384x14336"]["config"]
+    compared = bench.compare(one, two)
+    assert (compared["shapes"], compared["within_spread"], compared["same_config"]) == (57, 57, 49)
+
+
+def test_the_analysis_counts_the_draws_and_compares_every_run(run_h, capsys):
+    assert load_bench().analyse(run_h) == 0
+    printed = capsys.readouterr().out
+    assert "w1: draws made again with the last problem kept: 608 of 608; with every problem kept: 57" in printed
+    assert "with every problem kept: 61" in printed
+    assert "w2's tables against w1's: 57 of 57 shapes within spread, 49 the same pick" in printed
+    assert "w2-kill's tables against w1's: 57 of 57 shapes within spread, 48 the same pick" in printed
