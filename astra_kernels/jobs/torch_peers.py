@@ -28,7 +28,7 @@ MODES = ("eager", "compile")
 class PeerResult(BaseModel):
     kernel: str
     label: str
-    mode: str  # "eager" or "compile"
+    mode: str  # "eager" or "compile"; "exported" for an exported kernel timed the same way
     status: str  # "ok", "incorrect", "unavailable" (no PyTorch with CUDA), "failed"
     message: str = ""
     checks: list[Check] = Field(default_factory=list)
@@ -81,29 +81,75 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
             torch.cuda.synchronize()
             result.compile_seconds = time.perf_counter() - started
 
-        result.checks = _check(problem, forward, case, scalars, variant)
-        if not all(c.passed for c in result.checks):
-            failed = [c for c in result.checks if not c.passed]
-            result.status = "incorrect"
-            result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
-            return result
-
-        count = rotation_count(problem.set_bytes, l2)
-        sets = [{name: t.clone() for name, t in first.items()} for _ in range(count)]
-        kept = []  # every captured call keeps its outputs, so each writes fresh memory as ours do
-
-        def call(i: int) -> None:
-            outputs = forward(sets[i % count], scalars, variant)
-            if len(kept) < count:
-                kept.append(outputs)
-
-        result.timing = time_torch_graph(call, launches=max(count, 20), input_sets=count, replays=replays)
-        del sets, kept
+        _check_and_time(result, problem, forward, case, first, scalars, variant, l2, replays)
     except Exception as exc:  # a peer that does not compile or run is a result, not a crash
         result.status, result.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
     finally:
         torch.cuda.empty_cache()
     return result
+
+
+def measure_exported(device, folder: str, shape: dict[str, int], variant: str = "default", l2: str = "cold",
+                     seed: int = 1, replays: int = 10) -> PeerResult:
+    """An exported kernel (`astra export`'s folder), called as a user calls it (its Python callable
+    on torch tensors, outputs allocated per call), under the peers' own checks and timing. Beside
+    measure_peer's, a kernel and its peer timed by one harness: where the worker's time of a
+    kernel and the peer's differ, this says how much is the harness's (bench/harness_parity.py)."""
+    from astra_kernels.runtime.exported_kernel import load_callable
+
+    kernel = load_callable(folder)
+    spec = kernel.spec
+    dtype = kernel.table.dtype
+    problem = suite.problem(suite.load(spec.name), shape, dtype, variant)
+    result = PeerResult(kernel=spec.name, label=problem.label, mode="exported", status="ok")
+    version = torch_cuda()
+    if version is None:
+        result.status, result.message = "unavailable", "PyTorch with CUDA is not installed here"
+        return result
+    result.torch_version = version
+    import torch
+
+    outputs = [p for p in problem.buffers if p.role == "out"]
+    given = {a.name for a in spec.args if a.role == "scalar"} - set(kernel.carriers.values())
+
+    def forward(tensors: dict, scalars: dict, variant: str) -> dict:
+        made = {p.name: torch.empty(p.shape, dtype=peers.torch_dtype(p.dtype), device="cuda") for p in outputs}
+        kernel(*[tensors.get(a.name, made.get(a.name)) for a in spec.args if a.role != "scalar"],
+               **{name: scalars[name] for name in given})
+        return made
+
+    try:
+        case = seeded_case(problem, seed)
+        first, scalars = peers.arguments(problem, case.inputs, "cuda")
+        _check_and_time(result, problem, forward, case, first, scalars, variant, l2, replays)
+    except Exception as exc:
+        result.status, result.message = "failed", f"{type(exc).__name__}: {exc}"[:2000]
+    finally:
+        torch.cuda.empty_cache()
+    return result
+
+
+def _check_and_time(result: PeerResult, problem, forward, case, first: dict, scalars: dict, variant: str, l2: str,
+                    replays: int) -> None:
+    """Check `forward` once against the reference, then time it as CUDA-graph replay in the `l2`
+    regime, into `result`."""
+    result.checks = _check(problem, forward, case, scalars, variant)
+    if not all(c.passed for c in result.checks):
+        failed = [c for c in result.checks if not c.passed]
+        result.status = "incorrect"
+        result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
+        return
+    count = rotation_count(problem.set_bytes, l2)
+    sets = [{name: t.clone() for name, t in first.items()} for _ in range(count)]
+    kept = []  # every captured call keeps its outputs, so each writes fresh memory as ours do
+
+    def call(i: int) -> None:
+        outputs = forward(sets[i % count], scalars, variant)
+        if len(kept) < count:
+            kept.append(outputs)
+
+    result.timing = time_torch_graph(call, launches=max(count, 20), input_sets=count, replays=replays)
+    del sets, kept
 
 
 def _check(problem, forward, case, scalars, variant) -> list[Check]:

@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from astra_kernels.tools.measuring.problem import Problem
+from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
 from astra_kernels.kernels_sglang import suite
 
@@ -40,6 +41,15 @@ def to_torch(array: np.ndarray, device="cpu"):
         return torch.from_numpy(host).to(device)
     bits, name = view
     return torch.from_numpy(host.view(bits)).view(getattr(torch, name)).to(device)
+
+
+def torch_dtype(dtype: str):
+    """The torch dtype of a kernel dtype ("bf16", "fp32", "int32", ...)."""
+    import torch
+
+    host = numpy_dtype(dtype)
+    view = _BIT_VIEWS.get(host)
+    return getattr(torch, view[1] if view else host.name)
 
 
 def to_numpy(tensor) -> np.ndarray:

@@ -121,3 +121,25 @@ def test_run_peer_returns_out_and_inout_arguments():
     assert set(got) == {"x", "residual"}
     with pytest.raises(suite.UnknownKernelError, match="rmsnorm"):
         suite.load_peer("rms_norm")
+
+
+@pytest.mark.gpu
+def test_an_exported_kernel_is_checked_and_timed_by_the_peers_harness(tmp_path):
+    """bench/harness_parity.py's measurement: the kernel a user exports, through its callable on
+    torch tensors, under the peers' checks and graph-replay timing."""
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch build has no CUDA")
+    from astra_kernels.jobs.exporting.cuda_file import export, resolve_source
+    from astra_kernels.jobs.torch_peers import measure_exported
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+
+    shape = {"T": 16, "D": 4096}
+    config = {"THREADS": 128, "VEC": 8, "CHUNKS": 4, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 1}
+    table = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", general=config,
+                          entries=[DispatchEntry(shape=shape, config=config)])
+    (tmp_path / "dispatch.json").write_text(table.model_dump_json())
+    export(resolve_source(tmp_path / "dispatch.json"), tmp_path / "export", shapes=[shape])
+    result = measure_exported(None, str(tmp_path / "export"), shape)
+    assert result.status == "ok", result.message
+    assert result.mode == "exported" and [c.name for c in result.checks] == ["x unchanged", "out"]
+    assert all(c.passed for c in result.checks) and result.median_us > 0
