@@ -3,7 +3,7 @@
 with), beside torch.compile and SGLang's JIT kernel, at one shape.
 
     python bench/harness_parity.py silu_and_mul 128x28672 --config '{"THREADS": 128, ...}' [--l2 cold]
-    ASTRA_KERNELS_PATH=imported python bench/harness_parity.py --from FOCUSED_GRID.json [--json OUT.json]
+    ASTRA_KERNELS_PATH=.sglang-imported python bench/harness_parity.py --from FOCUSED_GRID.json [--json OUT.json]
 
 Both harnesses check against the float64 reference and time CUDA-graph replay over rotating
 input sets, but they are not the same code: the worker launches into one arena of input sets and
@@ -12,7 +12,8 @@ torch's graph pool. Where the bench says torch.compile is faster than a configur
 how much of that the harness accounts for: the configuration exported (`astra export` of a table
 that runs it everywhere) and called as a user calls it, through its Python callable on torch
 tensors, is timed by the peers' harness in the same worker as torch.compile. `--from` takes each
-shape's fastest configuration of a bench/focused_grid.py run.
+shape's fastest configuration of a bench/focused_grid.py run. bf16, the default variant (the
+focused grid's).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from astra_kernels.jobs.exporting.cuda_file import export, resolve_source
 from astra_kernels.jobs.torch_peers import measure_exported, measure_peer
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 
@@ -45,7 +47,7 @@ def parity(worker, kernel: str, shape: dict[str, int], config: dict[str, int], l
     where.mkdir(parents=True, exist_ok=True)
     (where / "dispatch.json").write_text(table.model_dump_json(indent=2))
     export(resolve_source(where / "dispatch.json"), where / "export", shapes=[shape], sms=sms, arch=arch)
-    exported = worker.call(measure_exported, str(where / "export"), shape, "default", l2, timeout_s=900)
+    exported = worker.call(measure_exported, str(where / "export"), shape, l2, timeout_s=900)
     row["exported_us"], row["exported_status"] = exported.median_us, exported.status
     row["exported_spread"] = exported.timing.spread if exported.timing else None
     if exported.status != "ok":
@@ -62,10 +64,42 @@ def parity(worker, kernel: str, shape: dict[str, int], config: dict[str, int], l
 
 def _shape(kernel: str, text: str) -> dict[str, int]:
     symbols = suite.load(kernel).spec.symbols
-    dims = [int(d) for d in text.split("x")]
-    if len(dims) != len(symbols):
-        raise SystemExit(f"error: {kernel}'s shapes are {'x'.join(symbols)}, not {text!r}")
+    try:
+        dims = [int(d) for d in text.split("x")]
+    except ValueError:
+        dims = []
+    if len(dims) != len(symbols) or min(dims) < 1:
+        raise AstraError(f"{kernel}'s shapes are {'x'.join(symbols)} in positive whole numbers, not {text!r}")
     return dict(zip(symbols, dims))
+
+
+def _config(text: str) -> dict[str, int]:
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AstraError(f"--config is not JSON ({exc})") from None
+    if not isinstance(config, dict) or not all(isinstance(v, int) for v in config.values()):
+        raise AstraError(f"--config must be a JSON object of whole numbers, like '{{\"THREADS\": 128}}', not {text!r}")
+    return config
+
+
+def _todo(args, parser) -> list[tuple[str, dict[str, int], dict[str, int]]]:
+    if args.grid:
+        try:
+            grid = json.loads(Path(args.grid).read_text())
+            todo = []
+            for row in grid["rows"]:
+                ok = sorted((c for c in row["configs"] if c.get("us")), key=lambda c: c["us"])
+                if ok:
+                    todo.append((row["kernel"], row["shape"], ok[0]["config"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AstraError(f"{args.grid} is not a bench/focused_grid.py output ({type(exc).__name__}: {exc})") from None
+        for kernel, _, _ in todo:
+            suite.load(kernel)
+        return todo
+    if args.kernel and args.shape and args.config:
+        return [(args.kernel, _shape(args.kernel, args.shape), _config(args.config))]
+    parser.error("give KERNEL SHAPE --config JSON, or --from a focused grid's JSON")
 
 
 def main() -> int:
@@ -78,17 +112,11 @@ def main() -> int:
     parser.add_argument("--l2", choices=["cold", "warm"], default="cold")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
-    if args.grid:
-        grid = json.loads(Path(args.grid).read_text())
-        todo = []
-        for row in grid["rows"]:
-            ok = sorted((c for c in row["configs"] if c.get("us")), key=lambda c: c["us"])
-            if ok:
-                todo.append((row["kernel"], row["shape"], ok[0]["config"]))
-    elif args.kernel and args.shape and args.config:
-        todo = [(args.kernel, _shape(args.kernel, args.shape), json.loads(args.config))]
-    else:
-        parser.error("give KERNEL SHAPE --config JSON, or --from a focused grid's JSON")
+    try:
+        todo = _todo(args, parser)
+    except AstraError as exc:  # bad input: one line naming it
+        console.print(f"error: {exc}", highlight=False)
+        return 2
     rows = []
     with EvaluationWorker(device_index=0, timeout_s=600) as worker, tempfile.TemporaryDirectory() as scratch:
         for kernel, shape, config in todo:

@@ -194,9 +194,10 @@ def main() -> int:
     parser.add_argument("--json")
     parser.add_argument("--analyse", metavar="DIR",
                         help="no run: read the results stores of DIR/w1 and DIR/w2 (an earlier --out) and print "
-                             "how busy the workers were, each evaluation's wall time at 2 workers against 1, and "
-                             "how often a worker drew a problem's inputs and reference again, and which phase of "
-                             "an evaluation (compile, check, time, floor) grew")
+                             "how busy the workers were, each evaluation's wall time at 2 workers against 1, "
+                             "how often a worker drew a problem's inputs and reference again, which phase of "
+                             "an evaluation (compile, check, time, floor) grew, and every other DIR/w* run's "
+                             "dispatch tables against w1's")
     args = parser.parse_args()
     if args.analyse:
         return analyse(Path(args.analyse))
@@ -281,7 +282,7 @@ def _phase(result: dict, phase: str) -> float:
 
 
 def analyse(folder: Path) -> int:
-    """--analyse: the figures docs/scaling.md gives from a run's stores (run C's are shipped)."""
+    """--analyse: the figures docs/scaling.md gives from a run's stores (runs D to H ship theirs)."""
     runs = {name: _stored(folder / name) for name in ("w1", "w2")}
     if not all(runs.values()):
         console.print(f"error: no results stores under {folder}/w1 and {folder}/w2 (an earlier run's --out)",

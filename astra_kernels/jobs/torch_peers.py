@@ -89,18 +89,23 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
     return result
 
 
-def measure_exported(device, folder: str, shape: dict[str, int], variant: str = "default", l2: str = "cold",
-                     seed: int = 1, replays: int = 10) -> PeerResult:
+def measure_exported(device, folder: str, shape: dict[str, int], l2: str = "cold", seed: int = 1,
+                     replays: int = 10) -> PeerResult:
     """An exported kernel (`astra export`'s folder), called as a user calls it (its Python callable
     on torch tensors, outputs allocated per call), under the peers' own checks and timing. Beside
     measure_peer's, a kernel and its peer timed by one harness: where the worker's time of a
-    kernel and the peer's differ, this says how much is the harness's (bench/harness_parity.py)."""
+    kernel and the peer's differ, this says how much is the harness's (bench/harness_parity.py).
+    The dtype and variant are the export's table's."""
     from astra_kernels.runtime.exported_kernel import load_callable
 
-    kernel = load_callable(folder)
-    spec = kernel.spec
-    dtype = kernel.table.dtype
-    problem = suite.problem(suite.load(spec.name), shape, dtype, variant)
+    try:  # an export that does not load is a result too, so a batch of them goes on
+        kernel = load_callable(folder)
+        spec = kernel.spec
+        problem = suite.problem(suite.load(spec.name), shape, kernel.table.dtype, kernel.table.variant)
+    except Exception as exc:
+        return PeerResult(kernel=str(folder), label=str(folder), mode="exported", status="failed",
+                          message=f"{type(exc).__name__}: {exc}"[:2000])
+    variant = kernel.table.variant
     result = PeerResult(kernel=spec.name, label=problem.label, mode="exported", status="ok")
     version = torch_cuda()
     if version is None:

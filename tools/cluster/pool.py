@@ -82,9 +82,9 @@ class Waiter:
 
 def steal_at(waiter: Waiter, draw_s: dict[str, float]) -> float:
     """When `waiter` stops waiting for the busy worker that drew its problem and takes another:
-    once it has waited as long as the problem's first evaluation took (its draw in it), an upper
-    bound of what drawing it again costs. Never while that first evaluation runs (its draw is
-    not known yet, and is over when it ends)."""
+    once it has waited as long as the checks of the problem's first evaluation took (the draw is
+    in them), an upper bound of what drawing it again costs. Never while that first evaluation
+    runs (its draw is not known yet, and is over when it ends)."""
     return waiter.since + draw_s.get(waiter.problem, float("inf"))
 
 
@@ -96,8 +96,8 @@ def match(idle: list[Slot], waiting: list[Waiter], live: list[Slot], draw_s: dic
     (none has drawn it; or a shape searched several configurations at a time); then to one past
     `steal_at`. A waiter whose problem a busy worker holds waits for it until then: at 16384
     tokens a draw (10-40 s) outlasts the drawer's evaluation many times, while at small shapes
-    (draws of milliseconds) it waits for nothing. Oldest waiter first at each step; a worker
-    nobody may take stays idle."""
+    (checks of milliseconds) it hardly waits. At each step the oldest waiter that no other free
+    worker could take; a worker nobody may take stays idle."""
     def covered(problem: str) -> bool:
         """Drawn on as many live workers as evaluations of it want one now."""
         drawers = sum(problem in s.drawn for s in live)
@@ -112,7 +112,11 @@ def match(idle: list[Slot], waiting: list[Waiter], live: list[Slot], draw_s: dic
     free = list(idle)
     for may_take in steps:
         for slot in list(free):
-            taker = next((w for w in waiting if w not in chosen and may_take(w, slot)), None)
+            takers = [w for w in waiting if w not in chosen and may_take(w, slot)]
+            # a waiter no other free worker could take first: a worker that drew p and q goes to q's
+            # waiter where another free worker drew p
+            others = [s for s in free if s is not slot]
+            taker = next((w for w in takers if not any(may_take(w, s) for s in others)), takers[0] if takers else None)
             if taker is not None:
                 chosen[taker] = slot
                 free.remove(slot)
@@ -208,6 +212,7 @@ class WorkerPool:
         with self._lock:
             me = Waiter(kind, problem, time.monotonic(), next(self._arrivals))
             self._waiting.append(me)
+            self._lock.notify_all()  # one more evaluation of a problem can hand an idle worker to an older waiter
             try:
                 while True:
                     if self._closed:
@@ -219,7 +224,9 @@ class WorkerPool:
                     chosen = match(list(self._idle.get(kind, ())), waiting, self.live(kind), self._draw_s, now)
                     if me in chosen:
                         break
-                    self._lock.wait(max(0.01, min([1.0] + [steal_at(w, self._draw_s) - now for w in waiting])))
+                    # until the next waiter may steal (one past it waits for a worker to free: a notify)
+                    later = [t - now for t in (steal_at(w, self._draw_s) for w in waiting) if t > now]
+                    self._lock.wait(max(0.01, min([1.0] + later)))
             finally:
                 self._waiting.remove(me)
                 self._lock.notify_all()  # the matching changed for the others
@@ -244,7 +251,8 @@ class WorkerPool:
         toolchain failure in the worker (raised, as the local worker raises it), no worker left, or
         the pool closed. A lost worker's evaluation is a "lost" result (KindView asks again)."""
         ray = self._ray
-        problem = request.problem.label
+        # a replay worker draws nothing: its evaluations go to whichever is idle
+        problem = "" if self._arguments["recordings"] else request.problem.label
         slot, first = self._acquire(kind, request.label or request.kernel, problem)
         started = time.perf_counter()
         deadline = (timeout_s or self.timeout_s) + ANSWER_GRACE_S
@@ -271,9 +279,12 @@ class WorkerPool:
                 wall_seconds=time.perf_counter() - started,
                 message=f"the worker on {slot.where} was lost while measuring this ({why}); not stored, so a "
                         "re-run measures it again; a replacement is started where a GPU and a CPU are free")
-        if first:
-            with self._lock:
-                self._draw_s[problem] = max(self._draw_s.get(problem, 0.0), time.perf_counter() - started)
+        with self._lock:
+            if result.fatal:  # its child was replaced (a crash, a hung kernel): every draw it held went with it
+                slot.drawn.clear()
+            elif first:  # the draw is in the checks' phase of a problem's first evaluation on a worker
+                drawn_s = (result.phase_seconds or {}).get("check", time.perf_counter() - started)
+                self._draw_s[problem] = max(self._draw_s.get(problem, 0.0), drawn_s)
         self._release(slot)
         return result
 

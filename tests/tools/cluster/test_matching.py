@@ -129,3 +129,93 @@ def test_the_tail_waits_for_its_drawer_rather_than_draw_again():
     """Two problems left, both drawn on one worker, the other idle: waiting 0.3 s beats a 20 s draw."""
     makespan, draws = simulate({"big": (10, 20.0), "small": (1, 20.0)}, workers=2, evaluation_s=0.3)
     assert draws == 2 and makespan <= 20.0 + 10 * (0.3 + 0.05) + 0.01
+
+
+def test_a_worker_holding_two_waited_for_problems_goes_to_the_one_no_other_worker_holds():
+    a, b = slots(2)
+    a.drawn, b.drawn = {"p", "q"}, {"p"}
+    wp, wq = waiter("p", order=0), waiter("q", order=1)
+    assert match([a, b], [wp, wq], [a, b], {}, now=0.0) == {wq: a, wp: b}
+
+
+def bare_pool(workers: list[Slot]):
+    """A WorkerPool's waiting room without Ray: its lock, slots and books, set by hand."""
+    import threading
+    from collections import deque
+
+    from astra_kernels.tools.cluster.pool import WorkerPool
+
+    pool = object.__new__(WorkerPool)
+    pool._lock, pool.slots, pool.lost = threading.Condition(), workers, []
+    pool._idle = {KIND: deque(s for s in workers if not s.doing)}
+    pool._waiting, pool._arrivals, pool._draw_s = [], itertools.count(), {}
+    pool._closed, pool._starting = False, 0
+    return pool
+
+
+def test_a_waiter_is_woken_when_a_newcomer_hands_it_an_idle_worker():
+    """W waits for p's busy drawer; once a second evaluation of p arrives, p is wanted by more than
+    its drawers and W takes the idle worker at once (not at its next timed wake-up)."""
+    import threading
+    import time
+
+    from astra_kernels.tools.errors import WorkerError
+
+    a, b = slots(2)
+    a.drawn, a.doing, a.problem = {"p"}, "measuring q", "q"
+    pool = bare_pool([a, b])
+    pool._draw_s["p"] = 100.0
+    got: dict = {}
+
+    def ask(name: str) -> None:
+        try:
+            got[name] = (pool._acquire(KIND, name, "p")[0], time.monotonic())
+        except WorkerError:
+            got[name] = None
+
+    first = threading.Thread(target=ask, args=("w",))
+    first.start()
+    time.sleep(0.3)
+    assert "w" not in got  # waits for its drawer
+    arrived = time.monotonic()
+    second = threading.Thread(target=ask, args=("z",))
+    second.start()
+    first.join(2)
+    slot, when = got["w"]
+    assert slot is b and when - arrived < 0.5
+    with pool._lock:
+        pool._closed = True
+        pool._lock.notify_all()
+    second.join(2)
+    assert got["z"] is None and not second.is_alive()
+
+
+def test_waiters_past_their_steal_time_do_not_spin_while_every_worker_is_busy(monkeypatch):
+    import threading
+    import time
+
+    from astra_kernels.tools.cluster import pool as pool_module
+    from astra_kernels.tools.errors import WorkerError
+
+    (a,) = slots(1)
+    a.drawn, a.doing, a.problem = {"p"}, "measuring p", "p"
+    pool = bare_pool([a])
+    pool._draw_s["p"] = 0.0  # past its steal time at once; but no worker is idle
+    calls = []
+    real = pool_module.match
+    monkeypatch.setattr(pool_module, "match", lambda *args: calls.append(1) or real(*args))
+
+    def ask() -> None:
+        try:
+            pool._acquire(KIND, "w", "p")
+        except WorkerError:
+            pass
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    time.sleep(0.5)
+    with pool._lock:
+        pool._closed = True
+        pool._lock.notify_all()
+    thread.join(2)
+    assert len(calls) <= 3  # woken by a worker freeing or once a second, not 100 times a second
