@@ -62,17 +62,6 @@ def parity(worker, kernel: str, shape: dict[str, int], config: dict[str, int], l
     return row
 
 
-def _shape(kernel: str, text: str) -> dict[str, int]:
-    symbols = suite.load(kernel).spec.symbols
-    try:
-        dims = [int(d) for d in text.split("x")]
-    except ValueError:
-        dims = []
-    if len(dims) != len(symbols) or min(dims) < 1:
-        raise AstraError(f"{kernel}'s shapes are {'x'.join(symbols)} in positive whole numbers, not {text!r}")
-    return dict(zip(symbols, dims))
-
-
 def _config(text: str) -> dict[str, int]:
     try:
         config = json.loads(text)
@@ -98,7 +87,7 @@ def _todo(args, parser) -> list[tuple[str, dict[str, int], dict[str, int]]]:
             suite.load(kernel)
         return todo
     if args.kernel and args.shape and args.config:
-        return [(args.kernel, _shape(args.kernel, args.shape), _config(args.config))]
+        return [(args.kernel, suite.load(args.kernel).spec.parse_shape(args.shape), _config(args.config))]
     parser.error("give KERNEL SHAPE --config JSON, or --from a focused grid's JSON")
 
 

@@ -20,7 +20,6 @@ kind has no worker left and none starting, its callers get a WorkerError naming 
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections import deque
@@ -77,7 +76,6 @@ class Waiter:
     kind: str
     problem: str  # the label of the problem it evaluates ("" for none)
     since: float  # time.monotonic() when it began to wait
-    order: int  # arrival
 
 
 def steal_at(waiter: Waiter, draw_s: dict[str, float]) -> float:
@@ -149,7 +147,6 @@ class WorkerPool:
         self.slots: list[Slot] = []
         self._idle: dict[str, deque[Slot]] = {}
         self._waiting: list[Waiter] = []  # callers waiting for a worker, in arrival order
-        self._arrivals = itertools.count()
         self._draw_s: dict[str, float] = {}  # problem -> the wall time of its first evaluation on a worker
         self._starting = 0
         self._closed = False
@@ -210,7 +207,7 @@ class WorkerPool:
         it meets it (10-40 s at 16384 tokens), and on two H100s, each caller taking the longest
         idle worker, every worker drew every problem, 114 draws for 57 (docs/scaling.md, run G)."""
         with self._lock:
-            me = Waiter(kind, problem, time.monotonic(), next(self._arrivals))
+            me = Waiter(kind, problem, time.monotonic())
             self._waiting.append(me)
             self._lock.notify_all()  # one more evaluation of a problem can hand an idle worker to an older waiter
             try:

@@ -13,7 +13,7 @@ import os
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,10 +206,15 @@ def _case_key(problem: Problem, seed: int) -> tuple:
     return (problem.label, tuple(problem.params), repr(problem.make_case), seed)
 
 
+def _draw(problem: Problem, seed: int) -> Callable[[], Case]:
+    """The seeded draw, made (or taken from the host's cache) only when called: on the GPU, the
+    checks need the host's copy only to upload it or for an output compared on the host."""
+    return functools.partial(seeded_case, problem, seed)
+
+
 def _resident(device: Device, problem: Problem, seed: int) -> ResidentCase:
     """The seeded draw on the GPU (device_checks.py), drawn on the host only where the GPU lacks it."""
-    return device_checks.on(device).resident(_case_key(problem, seed), problem,
-                                             functools.partial(seeded_case, problem, seed))
+    return device_checks.on(device).resident(_case_key(problem, seed), problem, _draw(problem, seed))
 
 
 def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int, resident: ResidentCase,
@@ -218,7 +223,7 @@ def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: 
     (tools/measuring/guards.py) in the request's layout, and check it on the GPU (device_checks.py);
     return (checks, a device copy of each output as written). The caller closes the copies."""
     problem = request.problem
-    draw = functools.partial(seeded_case, problem, seed)  # asked for only for outputs compared on the host
+    draw = _draw(problem, seed)
     gpu = device_checks.on(device)
     guarded = GuardedBuffers(problem.buffers, request.input_layout, guard_bytes)
     buffers = _Buffers(problem, guarded.buffers)
@@ -272,8 +277,7 @@ def _check(device: Device, kernel: Kernel, request: EvaluationRequest, guard_byt
         checks_b, out_b = _run_case(device, kernel, request, second_seed, resident_b, guard_bytes)
         try:
             nbytes = {p.name: p.nbytes for p in request.problem.buffers}
-            draws = (functools.partial(seeded_case, request.problem, first_seed),
-                     functools.partial(seeded_case, request.problem, second_seed))
+            draws = _draw(request.problem, first_seed), _draw(request.problem, second_seed)
             fresh = fresh_outputs(
                 out_a,
                 references_differ=lambda name: gpu.references_differ(resident_a, resident_b, name, *draws),
@@ -317,9 +321,11 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
     problem = request.problem
     sets_needed = rotation_count(problem.set_bytes, request.l2)
     launches = max(sets_needed, request.min_launches)
-    draw = functools.partial(seeded_case, problem, request.seeds[0])
+    draw = _draw(problem, request.seeds[0])
     gpu = device_checks.on(device)
-    resident = _resident(device, problem, request.seeds[0])
+    # the checks' first draw is this one, checksummed after their launches: not looked up (and
+    # checksummed) again
+    resident = drawn[0] if drawn else _resident(device, problem, request.seeds[0])
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
     try:
         for buffers in sets:

@@ -7,7 +7,6 @@ tested in test_pool.py."""
 from __future__ import annotations
 
 import heapq
-import itertools
 
 from astra_kernels.tools.cluster.pool import Slot, Waiter, match, steal_at
 
@@ -18,14 +17,14 @@ def slots(count: int) -> list[Slot]:
     return [Slot(index=i, handle=None, device={"name": KIND}) for i in range(count)]
 
 
-def waiter(problem: str, since: float = 0.0, order: int = 0) -> Waiter:
-    return Waiter(KIND, problem, since, order)
+def waiter(problem: str, since: float = 0.0) -> Waiter:
+    return Waiter(KIND, problem, since)
 
 
 def test_a_worker_goes_to_the_waiter_whose_problem_it_drew_before_an_older_one():
     a, b = slots(2)
     a.drawn, b.drawn, b.problem = {"p"}, {"q"}, "q"
-    old, mine = waiter("new", order=0), waiter("p", order=1)
+    old, mine = waiter("new"), waiter("p")
     assert match([a], [old, mine], [a, b], {}, now=0.0) == {mine: a}
 
 
@@ -45,7 +44,7 @@ def test_a_problem_whose_drawer_is_busy_waits_until_drawing_it_again_would_cost_
 def test_a_problem_nobody_drew_takes_the_idle_worker_before_one_waiting_for_its_drawer():
     a, b = slots(2)
     a.drawn, a.problem = {"p"}, "q"
-    waiting = [waiter("p", order=0), waiter("new", order=1)]
+    waiting = [waiter("p"), waiter("new")]
     chosen = match([b], waiting, [a, b], {"p": 0.0}, now=0.0)  # p could steal at once, but need not
     assert chosen == {waiting[1]: b}
 
@@ -61,7 +60,7 @@ def test_a_problem_wanted_by_more_evaluations_than_its_drawers_is_drawn_again_at
     """A shape searched several configurations at a time (one shape on many GPUs) draws on each."""
     a, b, c = slots(3)
     a.drawn, a.problem = {"p"}, "p"
-    waiting = [waiter("p", order=0), waiter("p", order=1)]
+    waiting = [waiter("p"), waiter("p")]
     assert match([b, c], waiting, [a, b, c], {}, now=0.0) == {waiting[0]: b, waiting[1]: c}
 
 
@@ -74,8 +73,7 @@ def simulate(problems: dict[str, tuple[int, float]], workers: int, evaluation_s:
     pool = slots(workers)
     idle = list(pool)
     left = {p: count for p, (count, _) in problems.items()}
-    order = itertools.count()
-    waiting = [Waiter(KIND, p, 0.0, next(order)) for p in problems]
+    waiting = [Waiter(KIND, p, 0.0) for p in problems]
     first_s: dict[str, float] = {}
     events: list[tuple[float, int, str, int]] = []  # (ends, slot, problem, draws)
     asking: list[tuple[float, str]] = []  # (asks again at, problem)
@@ -104,7 +102,7 @@ def simulate(problems: dict[str, tuple[int, float]], workers: int, evaluation_s:
             if left[problem]:
                 heapq.heappush(asking, (now + think_s, problem))
         while asking and asking[0][0] <= now:
-            waiting.append(Waiter(KIND, heapq.heappop(asking)[1], now, next(order)))
+            waiting.append(Waiter(KIND, heapq.heappop(asking)[1], now))
     return now, draws
 
 
@@ -134,7 +132,7 @@ def test_the_tail_waits_for_its_drawer_rather_than_draw_again():
 def test_a_worker_holding_two_waited_for_problems_goes_to_the_one_no_other_worker_holds():
     a, b = slots(2)
     a.drawn, b.drawn = {"p", "q"}, {"p"}
-    wp, wq = waiter("p", order=0), waiter("q", order=1)
+    wp, wq = waiter("p"), waiter("q")
     assert match([a, b], [wp, wq], [a, b], {}, now=0.0) == {wq: a, wp: b}
 
 
@@ -148,7 +146,7 @@ def bare_pool(workers: list[Slot]):
     pool = object.__new__(WorkerPool)
     pool._lock, pool.slots, pool.lost = threading.Condition(), workers, []
     pool._idle = {KIND: deque(s for s in workers if not s.doing)}
-    pool._waiting, pool._arrivals, pool._draw_s = [], itertools.count(), {}
+    pool._waiting, pool._draw_s = [], {}
     pool._closed, pool._starting = False, 0
     return pool
 
