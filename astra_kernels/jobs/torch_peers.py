@@ -145,16 +145,38 @@ def _check_and_time(result: PeerResult, problem, forward, case, first: dict, sca
         result.message = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
         return
     count = rotation_count(problem.set_bytes, l2)
-    sets = [{name: t.clone() for name, t in first.items()} for _ in range(count)]
-    kept = []  # every captured call keeps its outputs, so each writes fresh memory as ours do
+    calls = RotatingCalls(forward, [{name: t.clone() for name, t in first.items()} for _ in range(count)],
+                          scalars, variant)
+    result.timing = time_torch_graph(calls, launches=max(count, 20), input_sets=count, replays=replays)
+    calls.release()
 
-    def call(i: int) -> None:
-        outputs = forward(sets[i % count], scalars, variant)
-        if len(kept) < count:
-            kept.append(outputs)
 
-    result.timing = time_torch_graph(call, launches=max(count, 20), input_sets=count, replays=replays)
-    del sets, kept
+class RotatingCalls:
+    """`forward` called on input set i % count at launch i, its outputs rotating with the inputs as
+    the worker's arena rotates them: launch i writes the memory launch i - count wrote.
+
+    A peer allocates its outputs itself (from the graph's private pool during capture), so where
+    they land is the caching allocator's choice, which reuses the block freed last. Launch i - count's
+    outputs are released just before launch i, so launch i's are allocated into them; those bytes
+    were last touched `count` launches (at least the cold rotation's bytes) ago. Keeping only the
+    first `count` launches' outputs and dropping the rest, as this harness once did, let every later
+    launch write the block the launch before it had written: still in L2 wherever the outputs fit
+    there, so at the shapes with fewer sets than launches a peer wrote warm while ours wrote cold
+    (silu_and_mul 128x28672 on an H100: 8%, docs/performance.md entry 19).
+    """
+
+    def __init__(self, forward, sets: list[dict], scalars: dict, variant: str):
+        self.forward, self.sets, self.scalars, self.variant = forward, sets, scalars, variant
+        self.held: list[object] = [None] * len(sets)
+
+    def __call__(self, i: int) -> object:
+        slot = i % len(self.sets)
+        self.held[slot] = None  # back to the pool first, so this launch's outputs take its place
+        self.held[slot] = self.forward(self.sets[slot], self.scalars, self.variant)
+        return self.held[slot]
+
+    def release(self) -> None:
+        self.sets, self.held = [], []
 
 
 def _check(problem, forward, case, scalars, variant) -> list[Check]:
