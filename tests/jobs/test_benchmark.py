@@ -60,7 +60,11 @@ def test_the_fastest_peer_at_each_shape_is_the_bar():
     assert rows[2].best_peer == ("SGLang baseline", 3.0) and not rows[2].slower_than_best_peer
     goals = "\n".join(report.goals())
     assert "never slower than the fastest peer at the shape: 2 of 3 shapes (slower: silu_and_mul 32x5120 0.750x of torch.compile)" in goals
-    assert f"geometric mean {(1.2 * 0.75 * 3.0 / 3.02) ** (1 / 3):.3f}x (goal 1.15x)" in goals
+    assert f"geometric mean {(1.2 * 0.75 * 3.0 / 3.02) ** (1 / 3):.3f}x (goal 1.15x)\n" in goals + "\n"
+    for row, probe in zip(rows, (1.0, 1.25, 2.5)):  # the same-mix probe of each shape's bytes
+        row.mix_us = probe
+    assert (f"(goal 1.15x); a kernel as fast as the same-mix probe of its bytes would be "
+            f"{(1.2 / 1.0 * 1.5 / 1.25 * 3.0 / 2.5) ** (1 / 3):.3f}x") in "\n".join(report.goals())
     text = benchmark.render_markdown(report)
     assert "| torch.compile 1.50 | 0.750x (slower) |" in text and "L2 cold" in text
 
