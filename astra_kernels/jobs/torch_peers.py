@@ -147,8 +147,10 @@ def _check_and_time(result: PeerResult, problem, forward, case, first: dict, sca
     count = rotation_count(problem.set_bytes, l2)
     calls = RotatingCalls(forward, [{name: t.clone() for name, t in first.items()} for _ in range(count)],
                           scalars, variant)
-    result.timing = time_torch_graph(calls, launches=max(count, 20), input_sets=count, replays=replays)
-    calls.release()
+    try:
+        result.timing = time_torch_graph(calls, launches=max(count, 20), input_sets=count, replays=replays)
+    finally:
+        calls.release()
 
 
 class RotatingCalls:
@@ -163,6 +165,10 @@ class RotatingCalls:
     launch write the block the launch before it had written: still in L2 wherever the outputs fit
     there, so at the shapes with fewer sets than launches a peer wrote warm while ours wrote cold
     (silu_and_mul 128x28672 on an H100: 8%, docs/performance.md entry 19).
+
+    Exact for a peer whose call allocates only its outputs (torch.compile's fused kernels, one
+    output or several); an eager peer's temporaries are allocated first and may take the released
+    blocks, so its outputs then land where an earlier launch's temporaries were.
     """
 
     def __init__(self, forward, sets: list[dict], scalars: dict, variant: str):

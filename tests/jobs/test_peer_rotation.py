@@ -61,21 +61,24 @@ def test_one_set_warm_rewrites_the_same_outputs():
 
 
 @pytest.mark.gpu
-def test_captured_launches_write_where_the_launch_count_before_wrote():
-    """Under CUDA-graph capture the caching allocator hands launch i the block launch i - count
-    released: the addresses rotate with period count, as the arena's do."""
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_captured_launches_write_where_the_launch_count_before_wrote(outputs):
+    """Under CUDA-graph capture the caching allocator hands launch i the blocks launch i - count
+    released: the addresses rotate with period count, as the arena's do, for one output or
+    several (out-of-place fused_add_rmsnorm returns two), and no launch writes where the launch
+    before it wrote."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("this PyTorch build has no CUDA")
     from astra_kernels.tools.toolchain.timing import time_torch_graph
 
     count, launches = 3, 10
-    addresses: list[int] = []
+    addresses: list[frozenset[int]] = []
 
     def forward(tensors, scalars, variant):
-        out = tensors["x"] * 2
-        addresses.append(out.data_ptr())
-        return {"out": out}
+        made = {f"out{k}": tensors["x"] * (k + 2) for k in range(outputs)}  # one allocation each, no temporaries
+        addresses.append(frozenset(t.data_ptr() for t in made.values()))
+        return made
 
     x = torch.ones(1 << 20, device="cuda", dtype=torch.bfloat16)
     calls = RotatingCalls(forward, [{"x": x.clone()} for _ in range(count)], {}, "default")
@@ -84,4 +87,5 @@ def test_captured_launches_write_where_the_launch_count_before_wrote():
     captured = addresses[-launches:]  # the first call is the warm-up, outside the capture
     assert len(set(captured[:count])) == count
     assert all(captured[i] == captured[i - count] for i in range(count, launches)), captured
+    assert all(not captured[i] & captured[i - 1] for i in range(1, launches)), captured
     assert timing.median_us > 0

@@ -16,7 +16,10 @@ def add_parser(sub) -> None:
     export = sub.add_parser("export", help="a tuned kernel as a standalone .cu, a Python callable and an SGLang guide")
     export.add_argument("source", nargs="?", help="the --out folder of `astra tune` or a dispatch .json "
                                                   "(or none, with --gpu-kind and --kernel)")
-    export.add_argument("--gpu-kind", help="export the table shipped for this GPU kind (h200)")
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    export.add_argument("--gpu-kind", help="export the table shipped for this GPU kind "
+                                           f"({', '.join(tuned_tables.gpu_kinds())})")
     export.add_argument("--kernel", help="the kernel of the shipped table (or a check on SOURCE's)")
     export.add_argument("--out", help="the folder to write (default export/KERNEL)")
     export.add_argument("--shapes", help="comma-separated shapes the .cu must cover besides the table's and the spec's")
