@@ -1,8 +1,15 @@
-"""The dispatch tables shipped with the suite, one folder per GPU kind: tuned/<kind>/<kernel>.json.
+"""The dispatch tables shipped with the suite, one folder per GPU kind: tuned/<kind>/<kernel>.json
+for tables tuned with cold L2 (rotating inputs), tuned/<kind>/warm/<kernel>.json for tables tuned
+with warm L2 (inputs resident, as when the previous op has just written them).
 
-Which kinds are shipped, which kind a device is, and where a kernel's table for a kind lives:
-`astra bench` reads the table of the GPU it runs on, `astra export --gpu-kind` the one it is
-given. Reading a file into a DispatchTable belongs to the run-time (astra_kernels/runtime).
+One table per regime because the two rank configurations differently at shapes whose inputs fit
+in L2, and a kernel cannot tell at launch which regime it runs in: the user, who knows where the
+kernel sits in the model, picks the table (`astra export --l2`).
+
+Which kinds are shipped, which kind a device is, and where a kernel's table for a kind and regime
+lives: `astra bench` reads the table of the GPU it runs on and the regime it times, `astra export
+--gpu-kind` the one it is given. Reading a file into a DispatchTable belongs to the run-time
+(astra_kernels/runtime).
 """
 
 from __future__ import annotations
@@ -10,11 +17,25 @@ from __future__ import annotations
 from pathlib import Path
 
 TUNED_DIR = Path(__file__).parent / "tuned"
+REGIMES = ("cold", "warm")  # EvaluationRequest.l2's values; cold tables sit in the kind's folder itself
 
 
 def gpu_kinds() -> list[str]:
     """The GPU kinds tables are shipped for, as their folder names (h100, h200)."""
     return sorted(p.name for p in TUNED_DIR.iterdir() if p.is_dir())
+
+
+def regime_folder(kind: str, l2: str = "cold") -> Path:
+    """The folder of the tables of GPU kind `kind` tuned in L2 regime `l2`."""
+    if l2 not in REGIMES:
+        raise ValueError(f"unknown L2 regime {l2!r}: {' or '.join(REGIMES)}")
+    folder = TUNED_DIR / kind.lower()
+    return folder if l2 == "cold" else folder / l2
+
+
+def shipped_kernels(kind: str, l2: str = "cold") -> list[str]:
+    """The kernels whose table for `kind` and regime `l2` is shipped."""
+    return sorted(p.stem for p in regime_folder(kind, l2).glob("*.json"))
 
 
 def device_key(name: str) -> str | None:
@@ -25,6 +46,6 @@ def device_key(name: str) -> str | None:
     return None
 
 
-def table_path(kernel: str, kind: str) -> Path:
-    """Where the table of `kernel` for GPU kind `kind` is (or would be) shipped."""
-    return TUNED_DIR / kind.lower() / f"{kernel}.json"
+def table_path(kernel: str, kind: str, l2: str = "cold") -> Path:
+    """Where the table of `kernel` for GPU kind `kind`, tuned in L2 regime `l2`, is (or would be) shipped."""
+    return regime_folder(kind, l2) / f"{kernel}.json"

@@ -44,11 +44,28 @@ SPEEDUP_GOAL = 1.5  # geometric mean over Astra's shapes, over SGLang's kernel (
 PEER_SPEEDUP_GOAL = 1.15  # the same over the fastest peer at each shape
 
 
-def shipped_table(kernel: str, device_name: str) -> DispatchTable | None:
-    """The dispatch table recorded for this kernel on this kind of GPU, shipped with the package."""
+def shipped_table(kernel: str, device_name: str, l2: str = "cold") -> DispatchTable | None:
+    """The dispatch table recorded for this kernel on this kind of GPU in L2 regime `l2`, shipped
+    with the package."""
     key = tuned_tables.device_key(device_name)
-    path = tuned_tables.table_path(kernel, key or "none")
+    path = tuned_tables.table_path(kernel, key or "none", l2)
     return DispatchTable.model_validate_json(path.read_text()) if path.is_file() else None
+
+
+def bench_tables(names: list[str], device_name: str, l2: str, tuned: Path | None = None) -> dict[str, DispatchTable | None]:
+    """Each kernel's table for a benchmark in regime `l2`: its folder under `tuned` (`astra tune`'s
+    --out folders) where there is one, else the table shipped for this GPU tuned in `l2`, else the
+    one shipped tuned in the other regime, else None (no tuned column). The regime each table was
+    tuned in goes into the report (BenchReport.table_l2), so a mismatch is never silent."""
+    tables = {}
+    for name in names:
+        path = tuned / name if tuned else None
+        if path and path.exists():
+            tables[name] = load_table(path)
+            continue
+        others = [r for r in tuned_tables.REGIMES if r != l2]
+        tables[name] = next((t for r in (l2, *others) if (t := shipped_table(name, device_name, r)) is not None), None)
+    return tables
 
 
 def load_table(path: Path) -> DispatchTable:
@@ -163,6 +180,7 @@ class BenchReport(BaseModel):
     launch_floor_pdl_us: float | None = None  # the empty kernel chained with PDL (--pdl)
     torch_version: str = ""
     sglang_jit: dict[str, str] = Field(default_factory=dict)  # kernel -> "SGLang 0.5.23, <file>" timed as its column
+    table_l2: dict[str, str] = Field(default_factory=dict)  # kernel -> the L2 regime its tuned column's table was tuned in
     commands: list[str] = Field(default_factory=list)  # what measured these rows
     rows: list[BenchRow] = Field(default_factory=list)
 
@@ -276,6 +294,7 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         "date": min(r.date for r in reports),
         "torch_version": next((r.torch_version for r in reports if r.torch_version), ""),
         "sglang_jit": {k: v for r in reports for k, v in r.sglang_jit.items()},
+        "table_l2": {k: v for r in reports for k, v in r.table_l2.items()},
         "commands": [c for r in reports for c in r.commands],
     })
 
@@ -321,6 +340,8 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
         folder = suite.load(name)
         kernel_dtype = dtype if dtype in folder.spec.dtypes else folder.spec.dtypes[0]
         table = tables.get(name)
+        if table is not None:
+            report.table_l2[name] = table.l2
         imported, imported_error = _imported(name)
         if imported is not None:
             origin = imported.spec.origin
@@ -506,6 +527,9 @@ def render_markdown(report: BenchReport) -> str:
     lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(report)]
     if report.sglang_jit:
         lines += ["", "SGLang JIT column: " + "; ".join(f"{k}: {v}" for k, v in report.sglang_jit.items()) + "."]
+    if report.table_l2:
+        lines += ["", "Tuned column: the dispatch tables were tuned with " + "; ".join(
+            f"{k}: {v} L2" for k, v in report.table_l2.items()) + "."]
     if pdl_rows := pdl_table_rows(report):
         lines += ["", "## With programmatic dependent launch", "",
                   "Each kernel launched as a PDL dependent of the one before (tools/toolchain/pdl.py: it waits on "

@@ -102,6 +102,56 @@ def test_shipped_tables_are_per_gpu_kind():
     assert benchmark.shipped_table("topk_softmax", "NVIDIA H100 80GB HBM3") is None  # tuned on the H200 only
 
 
+def test_every_shipped_table_records_the_regime_of_its_folder():
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    seen = 0
+    for kind in tuned_tables.gpu_kinds():
+        for regime in tuned_tables.REGIMES:
+            for name in tuned_tables.shipped_kernels(kind, regime):
+                table = benchmark.load_table(tuned_tables.table_path(name, kind, regime))
+                assert (table.kernel, table.l2) == (name, regime), (kind, regime, name)
+                seen += 1
+    assert seen >= 11  # the H200's seven and the H100's four cold tables at least
+
+
+def _ship(root, kind, regime, kernel, l2):
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    table = json.loads(tuned_tables.table_path(kernel, "h200").read_text())
+    table["l2"] = l2
+    folder = root / kind if regime == "cold" else root / kind / regime
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{kernel}.json").write_text(json.dumps(table))
+
+
+def test_bench_tables_take_the_regime_timed_else_the_other_and_say_which(tmp_path, monkeypatch):
+    """A warm bench runs the warm table where one is shipped and the cold one where not; the
+    report then names each table's regime, so a cold table timed warm is never silent."""
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    _ship(tmp_path, "h100", "cold", "rmsnorm", "cold")
+    _ship(tmp_path, "h100", "warm", "rmsnorm", "warm")
+    _ship(tmp_path, "h100", "cold", "silu_and_mul", "cold")
+    monkeypatch.setattr(tuned_tables, "TUNED_DIR", tmp_path)
+    names, h100 = ["rmsnorm", "silu_and_mul", "topk_softmax"], "NVIDIA H100 80GB HBM3"
+    warm = benchmark.bench_tables(names, h100, "warm")
+    assert warm["rmsnorm"].l2 == "warm" and warm["silu_and_mul"].l2 == "cold" and warm["topk_softmax"] is None
+    cold = benchmark.bench_tables(names, h100, "cold")
+    assert cold["rmsnorm"].l2 == "cold" and cold["silu_and_mul"].l2 == "cold"
+    assert benchmark.bench_tables(names, "NVIDIA A100-SXM4-80GB", "warm") == dict.fromkeys(names)
+    tuned = tmp_path / "out"  # `astra tune --out` folders come first, whatever their regime
+    (tuned / "rmsnorm").mkdir(parents=True)
+    (tuned / "rmsnorm" / "dispatch.json").write_text(tuned_tables.table_path("rmsnorm", "h100").read_text())
+    assert benchmark.bench_tables(["rmsnorm"], h100, "warm", tuned)["rmsnorm"].l2 == "cold"
+
+    report = _report([_row("rmsnorm", "128x4096", 3.0, 2.0)])
+    report.l2, report.table_l2 = "warm", {"rmsnorm": "cold"}
+    assert "Tuned column: the dispatch tables were tuned with rmsnorm: cold L2." in benchmark.render_markdown(report)
+    other = report.model_copy(update={"table_l2": {"silu_and_mul": "warm"}, "date": "2026-11-24"})
+    assert benchmark.merge([report, other]).table_l2 == {"rmsnorm": "cold", "silu_and_mul": "warm"}
+
+
 def test_load_table_names_a_missing_file(tmp_path):
     with pytest.raises(suite.AstraError, match="no dispatch table at"):
         benchmark.load_table(tmp_path)

@@ -335,7 +335,7 @@ def test_bad_sources_say_what_is_wrong(tmp_path, monkeypatch):
         export.resolve_source(None, "h200", "nosuch")
     with pytest.raises(export_format.ExportError, match="no tables are shipped for GPU kind 'a100'"):
         export.resolve_source(None, "a100", "rmsnorm")
-    with pytest.raises(export_format.ExportError, match="no h200 table is shipped for topk_softmax"):
+    with pytest.raises(export_format.ExportError, match="no h200 table tuned with cold L2 is shipped for topk_softmax; h200 cold has: rmsnorm"):
         shipped = tmp_path / "shipped"
         (shipped / "h200").mkdir(parents=True)
         (shipped / "h200" / "rmsnorm.json").write_text((tuned_tables.TUNED_DIR / "h200" / "rmsnorm.json").read_text())
@@ -358,6 +358,33 @@ def test_bad_sources_say_what_is_wrong(tmp_path, monkeypatch):
         export.export(export.resolve_source(tmp_path), tmp_path / "out")
     with pytest.raises(export_format.ExportError, match="a table of rmsnorm, not silu_and_mul"):
         export.resolve_source(tmp_path, kernel="silu_and_mul")
+
+
+def test_the_l2_regime_picks_the_shipped_table_and_checks_a_given_one(tmp_path, monkeypatch, capsys):
+    shipped = tmp_path / "shipped"
+    for folder, l2 in ((shipped / "h100", "cold"), (shipped / "h100" / "warm", "warm")):
+        folder.mkdir(parents=True)
+        table = json.loads((tuned_tables.TUNED_DIR / "h200" / "rmsnorm.json").read_text())
+        (folder / "rmsnorm.json").write_text(json.dumps({**table, "l2": l2}))
+    (shipped / "h100" / "silu_and_mul.json").write_text((tuned_tables.TUNED_DIR / "h200" / "silu_and_mul.json").read_text())
+    monkeypatch.setattr(tuned_tables, "TUNED_DIR", shipped)
+    assert export.resolve_source(None, "h100", "rmsnorm").table.l2 == "cold"
+    warm = export.resolve_source(None, "h100", "rmsnorm", l2="warm")
+    assert warm.table.l2 == "warm" and warm.path == shipped / "h100" / "warm" / "rmsnorm.json"
+    with pytest.raises(export_format.ExportError,
+                       match="no h100 table tuned with warm L2 is shipped for silu_and_mul; h100 warm has: rmsnorm"):
+        export.resolve_source(None, "h100", "silu_and_mul", l2="warm")
+    with pytest.raises(export_format.ExportError, match="unknown L2 regime 'hot'"):
+        export.resolve_source(None, "h100", "rmsnorm", l2="hot")
+    with pytest.raises(export_format.ExportError, match="rmsnorm.json was tuned with cold L2, not warm"):
+        export.resolve_source(shipped / "h100" / "rmsnorm.json", l2="warm")
+    assert main(["export", "--gpu-kind", "h100", "--kernel", "rmsnorm", "--l2", "warm", "--out", str(tmp_path / "w")]) == 0
+    assert "tuned with warm L2" in capsys.readouterr().out
+    guide = (tmp_path / "w" / "README.md").read_text()
+    assert "with warm L2" in guide and "timed with the inputs resident in L2" in guide
+    assert "(times with warm L2)" in (tmp_path / "w" / "rmsnorm.cu").read_text()
+    assert main(["export", "--gpu-kind", "h100", "--kernel", "silu_and_mul", "--l2", "warm"]) == 1
+    assert "error: no h100 table tuned with warm L2 is shipped for silu_and_mul" in capsys.readouterr().out
 
 
 def test_cli_export(tmp_path, capsys):

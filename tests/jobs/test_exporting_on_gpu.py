@@ -2,8 +2,9 @@
 current stream, CUDA-graph capture, a pick the file lacks compiled on demand), the nvcc-built
 shared library of the standalone .cu launched through ctypes, and the README's SGLang drop-ins,
 each output checked against the kernel's float64 reference with the suite's tolerances and each
-input checked unchanged. Tables: the ones shipped for the H200, and silu_and_mul's with a rewrite
-and a model's template holding some of its shapes (the agent's kind of result)."""
+input checked unchanged. Tables: the ones shipped for the H200, every other shipped table (each
+GPU kind's, each L2 regime's) at its tuned shapes, and silu_and_mul's with a rewrite and a model's
+template holding some of its shapes (the agent's kind of result)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 
 from astra_kernels.jobs.exporting import cuda_file as export, guide as export_guide
 from astra_kernels.jobs import torch_tensors as peers
-from astra_kernels.kernels_sglang import suite
+from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime import export_format
 from astra_kernels.runtime.exported_kernel import load_callable
 from astra_kernels.tools.measuring.correctness import compare, unchanged
@@ -99,6 +100,26 @@ def test_callable_matches_the_reference(folders, kernel, shape):
     launch = load_callable(folders[kernel])(*case.ordered, **case.scalars)
     case.check(f"{launch.kernel or 'compiled on demand'}, {launch.picked_by}")
     assert launch.from_file == ((kernel, case.folder.spec.label(shape)) not in UNCOVERED), launch
+
+
+SHIPPED = [(kind, l2, kernel) for kind in tuned_tables.gpu_kinds() for l2 in tuned_tables.REGIMES
+           for kernel in tuned_tables.shipped_kernels(kind, l2) if kernel in CASES and (kind, l2) != ("h200", "cold")]
+
+
+@pytest.mark.parametrize(("kind", "l2", "kernel"), SHIPPED, ids=["-".join(s) for s in SHIPPED])
+def test_every_other_shipped_table_exports_and_runs_correctly_at_its_tuned_shapes(tmp_path, kind, l2, kernel):
+    """`astra export --gpu-kind KIND --l2 L2`: every tuned shape of up to 2048 tokens (the larger
+    ones, where the regimes meet, take seconds each for the float64 reference) from the file."""
+    source = export.resolve_source(None, kind, kernel, l2)
+    export.export(source, tmp_path / kernel, command="test_gpu_export")
+    fn = load_callable(tmp_path / kernel)
+    shapes = [e.shape for e in source.table.entries if next(iter(e.shape.values())) <= 2048]
+    assert shapes
+    for shape in shapes:
+        case = Case(kernel, shape)
+        launch = fn(*case.ordered, **case.scalars)
+        case.check(f"{kind} {l2} table: {launch.kernel}, {launch.picked_by}")
+        assert launch.from_file, launch
 
 
 def test_callable_runs_on_the_current_stream_and_in_cuda_graphs(folders):

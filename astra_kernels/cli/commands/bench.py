@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
     bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
     bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
     bench.add_argument("--tuned", help="folder of `astra tune` outputs, one KERNEL/ subfolder each "
-                                       "(default: the tables shipped for this GPU)")
+                                       "(default: the tables shipped for this GPU and the --l2 regime, else "
+                                       "for the other regime, which the report then names)")
     bench.add_argument("--torch", default="eager,compile", help="PyTorch peers to time: eager, compile or both (default)")
     bench.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
@@ -104,16 +105,16 @@ def run(args) -> int:
             (out / "bench.json").write_text(report.model_dump_json(indent=2))
 
     with EvaluationWorker(device_index=args.gpu, timeout_s=900) as worker:
-        tables = {}
-        for name in kernels:
-            path = Path(args.tuned) / name if args.tuned else None
-            tables[name] = (benchmark.load_table(path) if path and path.exists()
-                            else benchmark.shipped_table(name, worker.device["name"]))
+        tables = benchmark.bench_tables(list(kernels), worker.device["name"], args.l2,
+                                        Path(args.tuned) if args.tuned else None)
         missing = [n for n, t in tables.items() if t is None]
         say = messages(args)
         if missing:
             say.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
+        if other := [n for n, t in tables.items() if t is not None and t.l2 != args.l2]:
+            say.print(f"[yellow]note:[/yellow] the tuned column of {', '.join(other)} runs a table tuned with "
+                      f"{'warm' if args.l2 == 'cold' else 'cold'} L2, timed here with {args.l2} L2", highlight=False)
         report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
                                  command="astra bench " + " ".join(args.argv),
                                  input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,

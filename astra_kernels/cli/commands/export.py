@@ -21,6 +21,10 @@ def add_parser(sub) -> None:
     export.add_argument("--gpu-kind", help="export the table shipped for this GPU kind "
                                            f"({', '.join(tuned_tables.gpu_kinds())})")
     export.add_argument("--kernel", help="the kernel of the shipped table (or a check on SOURCE's)")
+    export.add_argument("--l2", choices=list(tuned_tables.REGIMES),
+                        help="the L2 regime of the shipped table: cold (the default; inputs streamed from memory) "
+                             "or warm (inputs resident, as when the previous op has just written them); "
+                             "with SOURCE, a check on its table's")
     export.add_argument("--out", help="the folder to write (default export/KERNEL)")
     export.add_argument("--shapes", help="comma-separated shapes the .cu must cover besides the table's and the spec's")
     export.add_argument("--sms", type=positive_int, default=DEFAULT_SMS,
@@ -37,7 +41,7 @@ def run(args) -> int:
     from astra_kernels.jobs.exporting import cuda_file as export
     from astra_kernels.kernels_sglang import suite
 
-    source = export.resolve_source(args.source, args.gpu_kind, args.kernel)
+    source = export.resolve_source(args.source, args.gpu_kind, args.kernel, args.l2)
     folder = suite.load(source.table.kernel)
     shapes = folder.spec.parse_shapes(args.shapes) if args.shapes is not None else []
     out = Path(args.out or f"export/{source.table.kernel}")
@@ -47,7 +51,8 @@ def run(args) -> int:
         print(json.dumps({"out": str(result.out), "files": [str(f) for f in result.files],
                           "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable}, indent=2))
         return 0
-    console.print(f"{source.table.kernel} ({source.table.dtype}, {len(source.table.entries)} tuned shapes) from "
+    console.print(f"{source.table.kernel} ({source.table.dtype}, {len(source.table.entries)} tuned shapes, "
+                  f"tuned with {source.table.l2} L2) from "
                   f"{source.shown}: {len(result.binaries)} kernels in {len(result.groups)} flag group(s)", highlight=False)
     for path in result.files:
         console.print(f"  {path}", highlight=False)

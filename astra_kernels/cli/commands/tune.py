@@ -212,16 +212,16 @@ def _tune_one(args, kernel: str, reports: list) -> int:
 
 def _shipped_start(args, spec, dtype: str, device: str):
     """With --start shipped, the table shipped for `device` (a GPU kind's name) when it is of this
-    dtype and variant, saying which; None otherwise."""
+    dtype and variant, saying which: the one tuned in the --l2 regime, else the cold one; None otherwise."""
     if args.start != "shipped":
         return None
     from astra_kernels.jobs.benchmark import shipped_table
 
-    table = shipped_table(spec.name, device)
+    table = shipped_table(spec.name, device, args.l2) or shipped_table(spec.name, device)
     if table is not None and (table.dtype, table.variant) != (dtype, args.variant):
         table = None
     messages(args).print(
-        f"starting from the {spec.name} table shipped for {device}" if table else
+        f"starting from the {spec.name} table shipped for {device} (tuned with {table.l2} L2)" if table else
         f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search starts from nothing",
         highlight=False)
     return table

@@ -79,21 +79,25 @@ def object_builds(kernel: str, groups: list[Group], arch: str) -> list[tuple[lis
 
 
 def resolve_source(source: str | Path | None, gpu_kind: str | None = None,
-                   kernel: str | None = None) -> TableSource:
+                   kernel: str | None = None, l2: str | None = None) -> TableSource:
     """The table to export: `astra tune`'s output folder, a dispatch JSON file, or the table
-    shipped for `gpu_kind` and `kernel`."""
+    shipped for `gpu_kind` and `kernel` tuned in L2 regime `l2` (default cold). With a SOURCE,
+    `l2` is a check on the regime its table was tuned in."""
+    if l2 is not None and l2 not in tuned_tables.REGIMES:
+        raise ExportError(f"unknown L2 regime {l2!r}: {' or '.join(tuned_tables.REGIMES)}")
     if source is None:
         if not gpu_kind or not kernel:
             raise ExportError("give a tuning output folder (or a dispatch .json), or --gpu-kind with --kernel "
                               f"for a shipped table (kinds: {', '.join(tuned_tables.gpu_kinds())})")
         suite.load(kernel)  # an unknown kernel names the suite
-        kind = gpu_kind.lower()
+        kind, regime = gpu_kind.lower(), l2 or "cold"
         if kind not in tuned_tables.gpu_kinds():
             raise ExportError(f"no tables are shipped for GPU kind {gpu_kind!r}; shipped: {', '.join(tuned_tables.gpu_kinds())}")
-        path = tuned_tables.table_path(kernel, kind)
+        path = tuned_tables.table_path(kernel, kind, regime)
         if not path.is_file():
-            have = sorted(p.stem for p in (tuned_tables.TUNED_DIR / kind).glob("*.json"))
-            raise ExportError(f"no {kind} table is shipped for {kernel}; {kind} has: {', '.join(have)}")
+            have = tuned_tables.shipped_kernels(kind, regime)
+            raise ExportError(f"no {kind} table tuned with {regime} L2 is shipped for {kernel}; "
+                              f"{kind} {regime} has: {', '.join(have) or 'none'}")
         table = _read_table(path)
         return TableSource(table, path, f"NVIDIA {kind.upper()}", "date not recorded in the shipped table")
     if gpu_kind:
@@ -111,6 +115,8 @@ def resolve_source(source: str | Path | None, gpu_kind: str | None = None,
     table = _read_table(file)
     if kernel and kernel != table.kernel:
         raise ExportError(f"{file} is a table of {table.kernel}, not {kernel}")
+    if l2 and l2 != table.l2:
+        raise ExportError(f"{file} was tuned with {table.l2} L2, not {l2}")
     device, date = _tuned_on(file.parent)
     return TableSource(table, file, device, date)
 

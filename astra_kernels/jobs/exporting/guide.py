@@ -157,8 +157,11 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
     lines = [
         f"# {k}, exported",
         "",
-        f"Tuned on {manifest['tuned_on']} ({manifest['tuned_date']}); table {manifest['source_table']} "
+        f"Tuned on {manifest['tuned_on']} ({manifest['tuned_date']}) with {manifest['table'].get('l2', 'cold')} L2; "
+        f"table {manifest['source_table']} "
         f"({dtype}, variant {manifest['variant']}); exported {manifest['exported']} by `{manifest['command']}`.",
+        "",
+        _regime_note(manifest['table'].get('l2', 'cold')),
         "",
         "| file | what |",
         "|---|---|",
@@ -239,3 +242,14 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
         lines += ["", *custom_op_guide(k, folder)]
     lines += ["", "docs/export.md in the astra-kernels repository has the whole guide."]
     return "\n".join(lines) + "\n"
+
+
+def _regime_note(l2: str) -> str:
+    """Which L2 regime the table's picks are for, and when the other table fits better."""
+    if l2 == "warm":
+        return ("Its configurations were timed with the inputs resident in L2, as when the op before has just "
+                "written them (decode, where a step's activations fit in L2); where the inputs come from memory, "
+                "the table tuned with cold L2 (`astra export` without `--l2 warm`) fits better.")
+    return ("Its configurations were timed with the inputs streamed from memory (cold L2); where the op before "
+            "has just written the inputs and they fit in L2, a table tuned with warm L2 (`astra export --l2 warm`, "
+            "where one is shipped) fits better.")
