@@ -278,10 +278,14 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         raise suite.AstraError("benchmark reports of different L2 regimes cannot be merged: "
                                f"{', '.join(sorted(regimes))} (show them side by side instead)")
     first = reports[0]
-    newest = {}
+    newest, table_l2 = {}, {}
     for report in sorted(reports, key=lambda r: r.date):  # later runs replace earlier ones
         for row in report.rows:
             newest[_row_key(row)] = row
+        for kernel, l2 in report.table_l2.items():
+            if table_l2.setdefault(kernel, l2) != l2:
+                raise suite.AstraError(f"benchmark reports whose {kernel} tables were tuned in different L2 regimes "
+                                       "cannot be merged (show them side by side instead)")
     order = list(dict.fromkeys(_row_key(row) for r in reports for row in r.rows))
     floors = [r.launch_floor_us for r in reports if r.launch_floor_us]
     pdl_floors = [r.launch_floor_pdl_us for r in reports if r.launch_floor_pdl_us]
@@ -294,7 +298,7 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         "date": min(r.date for r in reports),
         "torch_version": next((r.torch_version for r in reports if r.torch_version), ""),
         "sglang_jit": {k: v for r in reports for k, v in r.sglang_jit.items()},
-        "table_l2": {k: v for r in reports for k, v in r.table_l2.items()},
+        "table_l2": table_l2,
         "commands": [c for r in reports for c in r.commands],
     })
 

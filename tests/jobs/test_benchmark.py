@@ -112,7 +112,9 @@ def test_every_shipped_table_records_the_regime_of_its_folder():
                 table = benchmark.load_table(tuned_tables.table_path(name, kind, regime))
                 assert (table.kernel, table.l2) == (name, regime), (kind, regime, name)
                 seen += 1
-    assert seen >= 11  # the H200's seven and the H100's four cold tables at least
+    assert seen >= 15  # the H200's seven, the H100's four cold and four warm tables at least
+    assert tuned_tables.shipped_kernels("h100", "warm") == ["fused_add_rmsnorm", "merge_attn_states", "rmsnorm",
+                                                           "silu_and_mul"]
 
 
 def _ship(root, kind, regime, kernel, l2):
@@ -149,7 +151,32 @@ def test_bench_tables_take_the_regime_timed_else_the_other_and_say_which(tmp_pat
     report.l2, report.table_l2 = "warm", {"rmsnorm": "cold"}
     assert "Tuned column: the dispatch tables were tuned with rmsnorm: cold L2." in benchmark.render_markdown(report)
     other = report.model_copy(update={"table_l2": {"silu_and_mul": "warm"}, "date": "2026-11-24"})
-    assert benchmark.merge([report, other]).table_l2 == {"rmsnorm": "cold", "silu_and_mul": "warm"}
+    assert benchmark.merge([other, report]).table_l2 == {"rmsnorm": "cold", "silu_and_mul": "warm"}
+    clash = report.model_copy(update={"table_l2": {"rmsnorm": "warm"}, "date": "2026-11-24"})
+    with pytest.raises(suite.AstraError, match="rmsnorm tables were tuned in different L2 regimes"):
+        benchmark.merge([clash, report])
+
+
+def test_tune_starts_from_the_shipped_table_of_its_regime_else_the_cold_one(tmp_path, monkeypatch, capsys):
+    from argparse import Namespace
+
+    from astra_kernels.cli.commands import tune as tune_command
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    _ship(tmp_path, "h100", "cold", "rmsnorm", "cold")
+    _ship(tmp_path, "h100", "warm", "rmsnorm", "warm")
+    _ship(tmp_path, "h100", "cold", "silu_and_mul", "cold")
+    monkeypatch.setattr(tuned_tables, "TUNED_DIR", tmp_path)
+    h100 = "NVIDIA H100 80GB HBM3"
+
+    def start(kernel, l2, dtype="bf16"):
+        args = Namespace(start="shipped", l2=l2, variant="default", json=False, quiet=False)
+        return tune_command._shipped_start(args, suite.load(kernel).spec, dtype, h100)
+
+    assert start("rmsnorm", "warm").l2 == "warm" and start("rmsnorm", "cold").l2 == "cold"
+    assert start("silu_and_mul", "warm").l2 == "cold"
+    assert "tuned with cold L2" in capsys.readouterr().out
+    assert start("rmsnorm", "warm", dtype="fp16") is None
 
 
 def test_load_table_names_a_missing_file(tmp_path):

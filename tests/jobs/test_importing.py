@@ -139,14 +139,19 @@ def _handmade_import(root: Path) -> None:
 
 
 def test_bench_shows_sglangs_own_kernel_as_a_peer(tmp_path, monkeypatch):
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+
     _handmade_import(tmp_path)
     monkeypatch.setenv(suite.KERNELS_PATH, str(tmp_path))
     suite.load.cache_clear()
     try:
+        kept = DispatchTable(kernel="rmsnorm", dtype="bf16", variant="default", l2="warm",
+                             entries=[DispatchEntry(shape={"T": 16, "H": 4096}, config={}, source="baseline")])
         report = benchmark.bench(_Worker(), {"rmsnorm": [{"T": 16, "H": 4096}], "silu_and_mul": [{"T": 16, "D": 4096}]},
-                                 torch_modes=())
+                                 torch_modes=(), tables={"rmsnorm": kept})
     finally:
         suite.load.cache_clear()
+    assert report.table_l2 == {"rmsnorm": "warm"}  # the regime of each table the tuned column ran
     norm, act = report.rows
     assert norm.sglang_jit_us == 5.0 and norm.baseline_us == 6.0 and norm.best_peer == ("SGLang JIT", 5.0)
     assert act.sglang_jit_us is None and act.sglang_jit_status == ""  # nothing imported for it: no column value

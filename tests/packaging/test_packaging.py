@@ -83,6 +83,7 @@ def test_wheel_keeps_everything_under_astra_kernels(wheel):
     assert "astra_kernels/__init__.py" in names
     assert "astra_kernels/tools/__init__.py" in names
     assert "astra_kernels/kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz" in names  # for --replay recorded
+    assert "astra_kernels/kernels_sglang/tuned/h100/warm/rmsnorm.json" in names  # astra export --l2 warm
     assert "astra_kernels/tools/measuring/device_checks.cu" in names  # every evaluation's checks compile it
     top = {n.split("/", 1)[0] for n in names}
     for stray in ("tools", "graph", "nodes", "kernels_sglang", "tests", "bench", "scripts"):

@@ -217,9 +217,8 @@ def _shipped_start(args, spec, dtype: str, device: str):
         return None
     from astra_kernels.jobs.benchmark import shipped_table
 
-    table = shipped_table(spec.name, device, args.l2) or shipped_table(spec.name, device)
-    if table is not None and (table.dtype, table.variant) != (dtype, args.variant):
-        table = None
+    candidates = (shipped_table(spec.name, device, regime) for regime in dict.fromkeys((args.l2, "cold")))
+    table = next((t for t in candidates if t is not None and (t.dtype, t.variant) == (dtype, args.variant)), None)
     messages(args).print(
         f"starting from the {spec.name} table shipped for {device} (tuned with {table.l2} L2)" if table else
         f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search starts from nothing",
