@@ -33,6 +33,12 @@ def regime_folder(kind: str, l2: str = "cold") -> Path:
     return folder if l2 == "cold" else folder / l2
 
 
+def preferred_regimes(l2: str) -> tuple[str, ...]:
+    """The regimes whose table stands in for one tuned in `l2`, best first: `l2` itself, then the
+    other (a table tuned in the other regime still runs correctly, only its picks may be slower)."""
+    return (l2, *(r for r in REGIMES if r != l2))
+
+
 def shipped_kernels(kind: str, l2: str = "cold") -> list[str]:
     """The kernels whose table for `kind` and regime `l2` is shipped."""
     return sorted(p.stem for p in regime_folder(kind, l2).glob("*.json"))

@@ -63,8 +63,8 @@ def bench_tables(names: list[str], device_name: str, l2: str, tuned: Path | None
         if path and path.exists():
             tables[name] = load_table(path)
             continue
-        others = [r for r in tuned_tables.REGIMES if r != l2]
-        tables[name] = next((t for r in (l2, *others) if (t := shipped_table(name, device_name, r)) is not None), None)
+        tables[name] = next((t for r in tuned_tables.preferred_regimes(l2)
+                             if (t := shipped_table(name, device_name, r)) is not None), None)
     return tables
 
 

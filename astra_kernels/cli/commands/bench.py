@@ -112,9 +112,10 @@ def run(args) -> int:
         if missing:
             say.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
-        if other := [n for n, t in tables.items() if t is not None and t.l2 != args.l2]:
-            say.print(f"[yellow]note:[/yellow] the tuned column of {', '.join(other)} runs a table tuned with "
-                      f"{'warm' if args.l2 == 'cold' else 'cold'} L2, timed here with {args.l2} L2", highlight=False)
+        for name, table in tables.items():
+            if table is not None and table.l2 != args.l2:
+                say.print(f"[yellow]note:[/yellow] the tuned column of {name} runs a table tuned with {table.l2} L2, "
+                          f"timed here with {args.l2} L2", highlight=False)
         report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
                                  command="astra bench " + " ".join(args.argv),
                                  input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,

@@ -212,12 +212,13 @@ def _tune_one(args, kernel: str, reports: list) -> int:
 
 def _shipped_start(args, spec, dtype: str, device: str):
     """With --start shipped, the table shipped for `device` (a GPU kind's name) when it is of this
-    dtype and variant, saying which: the one tuned in the --l2 regime, else the cold one; None otherwise."""
+    dtype and variant, saying which: the one tuned in the --l2 regime, else the other one; None otherwise."""
     if args.start != "shipped":
         return None
     from astra_kernels.jobs.benchmark import shipped_table
+    from astra_kernels.kernels_sglang.tuned_tables import preferred_regimes
 
-    candidates = (shipped_table(spec.name, device, regime) for regime in dict.fromkeys((args.l2, "cold")))
+    candidates = (shipped_table(spec.name, device, regime) for regime in preferred_regimes(args.l2))
     table = next((t for t in candidates if t is not None and (t.dtype, t.variant) == (dtype, args.variant)), None)
     messages(args).print(
         f"starting from the {spec.name} table shipped for {device} (tuned with {table.l2} L2)" if table else

@@ -96,7 +96,7 @@ def resolve_source(source: str | Path | None, gpu_kind: str | None = None,
         path = tuned_tables.table_path(kernel, kind, regime)
         if not path.is_file():
             have = tuned_tables.shipped_kernels(kind, regime)
-            elsewhere = [r for r in tuned_tables.REGIMES if r != regime and kernel in tuned_tables.shipped_kernels(kind, r)]
+            elsewhere = [r for r in tuned_tables.preferred_regimes(regime)[1:] if tuned_tables.table_path(kernel, kind, r).is_file()]
             raise ExportError(f"no {kind} table tuned with {regime} L2 is shipped for {kernel}; "
                               f"{kind} {regime} has: {', '.join(have) or 'none'}"
                               + "".join(f"; a {r} one is (--l2 {r})" for r in elsewhere))

@@ -154,14 +154,15 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
             [f"nvcc {' '.join([base, *g.nvcc_flags(), f'-DASTRA_GROUP={i}'])} -Xcompiler -fPIC -c {k}.cu -o {k}_g{i}.o"
              for i, g in enumerate(groups)]
             + [f"nvcc -shared {' '.join(f'{k}_g{i}.o' for i in range(len(groups)))} -o lib{k}.so"])
+    l2 = manifest["table"].get("l2", "cold")  # tables written before the regimes were all cold
     lines = [
         f"# {k}, exported",
         "",
-        f"Tuned on {manifest['tuned_on']} ({manifest['tuned_date']}) with {manifest['table'].get('l2', 'cold')} L2; "
+        f"Tuned on {manifest['tuned_on']} ({manifest['tuned_date']}) with {l2} L2; "
         f"table {manifest['source_table']} "
         f"({dtype}, variant {manifest['variant']}); exported {manifest['exported']} by `{manifest['command']}`.",
         "",
-        _regime_note(manifest['table'].get('l2', 'cold')),
+        _regime_note(l2),
         "",
         "| file | what |",
         "|---|---|",
