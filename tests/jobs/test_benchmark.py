@@ -311,3 +311,72 @@ def test_param_effect_gives_the_figures_performance_md_cites(tmp_path):
                             str(root / "docs" / "bench" / "h100-2026-11-26-explore" / "silu_and_mul.sqlite.gz"),
                             "FLAT", "--device", "H200"], capture_output=True, text=True, timeout=120)
     assert empty.returncode == 1 and "no measurement" in empty.stdout
+
+
+def _norm_code_gap():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "norm_code_gap.py"
+    spec = importlib.util.spec_from_file_location("norm_code_gap", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm"])
+def test_norm_code_gap_forms_define_the_row_length_and_compile(kernel):
+    """bench/norm_code_gap.py's edited forms of a norm template: `const_h` defines ROW_LEN as the
+    shape's H (and only there differs from the shipped text), `const_h_unguarded` drops the guards;
+    both compile for sm_90, and the unguarded one is offered only where a CTA is exactly one row of
+    ROW_THREADS x ITEMS vectors (SGLang's 256 threads of two 16-byte vectors at H = 4096, not 512 of four)."""
+    from astra_kernels.tools.templating.template import Exclusion
+    from astra_kernels.tools.toolchain.compiler import compile_many
+
+    _, gap = _norm_code_gap()
+    folder = suite.load(kernel)
+    forms = gap.variants(folder)
+    assert list(forms) == ["as_shipped", "const_h", "const_h_unguarded"]
+    assert forms["as_shipped"] is folder.template
+    assert "constexpr int hidden = ROW_LEN;" in forms["const_h"].source
+    assert "if (k * ROW_THREADS < rem)" in forms["const_h"].source
+    assert "if (k * ROW_THREADS < rem)" not in forms["const_h_unguarded"].source
+    assert "const bool valid = true;" in forms["const_h_unguarded"].source
+    shape = {"T": 128, "H": 4096}
+    sglang = dict(ROW_THREADS=256, ROWS=1, VEC=8, ITEMS=2, PRELOAD_W=1, REG_CAP=128, CLUSTER=1, HINT=0)
+    assert gap.exact_fit(folder, shape, sglang)
+    assert not gap.exact_fit(folder, shape, {**sglang, "ROW_THREADS": 512, "ITEMS": 4})
+    assert not gap.exact_fit(folder, shape, {**sglang, "ROWS": 2})
+    requests = []
+    for name, template in forms.items():
+        request = suite.request(folder, "template", shape, "bf16", "default", sglang, arch="sm_90", source=template)
+        assert not isinstance(request, Exclusion), (name, request)
+        assert request.options.defines.get("ROW_LEN") == (None if name == "as_shipped" else 4096), name
+        requests.append((request.source, request.options))
+    outcomes = compile_many(requests)
+    assert [o.error for o in outcomes] == [None, None, None], [o.error for o in outcomes]
+
+
+def test_norm_code_gap_saved_run_gives_the_figures_performance_md_cites():
+    """The saved H100 run in docs (entry 22): at rmsnorm 128x4096, cold, the shipped pick (SGLang's
+    launch shape) 2.894 us, with the row length compiled in 2.813, unguarded 2.781, SGLang's JIT
+    rmsnorm 2.794; bad input is one line on stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path, _ = _norm_code_gap()
+    saved = Path(__file__).resolve().parents[2] / "docs" / "bench" / "h100-2026-11-26d" / "code-gap" / "cold.json"
+    run = subprocess.run([sys.executable, str(path), "--from", str(saved)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    block = run.stdout.split("rmsnorm 128x4096 (cold L2, 3 rounds)")[1].split("\nrmsnorm ")[0]
+    lines = {line.strip().split("  ")[0]: line for line in block.splitlines() if line.strip()}
+    assert "2.794 us" in lines["sglang_jit"]
+    assert "2.894 us" in lines["as_shipped (shipped pick)"] and "0.965x of JIT's speed" in lines["as_shipped (shipped pick)"]
+    assert "2.813 us" in lines["const_h (shipped pick)"]
+    assert "2.781 us" in lines["const_h_unguarded (shipped pick)"] and "1.005x" in lines["const_h_unguarded (shipped pick)"]
+    for args, says in ((["--from", str(saved.with_name("nosuch.json"))], "cannot read"),
+                       (["x.json", "--shapes", "rmsnorm:4096"], "is not rmsnorm:TxH"),
+                       ([], "give OUT.json")):
+        bad = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, (args, bad.stderr)
