@@ -36,6 +36,7 @@ import sys
 from astra_kernels.jobs.benchmark import _evaluate, _imported, _time_of, shipped_table
 from astra_kernels.jobs.tuning import seed_configs
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.templating.template import Exclusion, parse_template
 from astra_kernels.tools.toolchain.compiler import compile_many
@@ -58,7 +59,7 @@ def variants(folder: suite.KernelFolder) -> dict[str, object]:
     const = _edit(text, "//@ grid:", "//@ derive ROW_LEN = H                  -- the row length, a compile-time constant\n//@ grid:", 1)
     const = _edit(const, SIGNATURE, "float eps, int tokens, int hidden_at_run_time) {\n    constexpr int hidden = ROW_LEN;", 1)
     unguarded = _edit(const, "const bool valid = row < tokens;", "const bool valid = true;  // ROWS = 1: the grid is T CTAs", 1)
-    unguarded = _edit(unguarded, "if (k * ROW_THREADS < rem) {", "if (true) {  // ROW_THREADS x ITEMS vectors are the row")
+    unguarded = _edit(unguarded, "if (k * ROW_THREADS < rem) {", "if (true) {  // ROW_THREADS x ITEMS vectors are the row", 3)
     parsed = {}
     for name, source in (("const_h", const), ("const_h_unguarded", unguarded)):
         parsed[name] = parse_template(source, f"{folder.name}/template.cu ({name})",
@@ -122,17 +123,19 @@ def measure(worker, kernel: str, shape: dict[str, int], rounds: int, l2: str) ->
     return {"kernel": kernel, "shape": shape, "l2": l2, "rows": rows}
 
 
-def render(results: list[dict]) -> None:
+def render(results: list[dict]) -> list[str]:
     """One block per shape: each form's median over the rounds and SGLang's JIT kernel's time over it."""
+    lines = []
     for result in results:
         shape = result["shape"]
         rounds = max((len(r["us"]) for r in result["rows"]), default=0)
-        print(f"{result['kernel']} {shape['T']}x{shape['H']} ({result['l2']} L2, {rounds} rounds)")
+        lines.append(f"{result['kernel']} {shape['T']}x{shape['H']} ({result['l2']} L2, {rounds} rounds)")
         for row in result["rows"]:
             ratio = f"{row['jit_over_this']:.3f}x of JIT's speed" if row["jit_over_this"] else ""
             median = f"{row['median_us']:.3f} us" if row["median_us"] else row["status"]
             config = " ".join(f"{k}={v}" for k, v in (row["config"] or {}).items())
-            print(f"  {row['label']:<36} {median:>10}  {ratio:<22} {config}", flush=True)
+            lines.append(f"  {row['label']:<36} {median:>10}  {ratio:<22} {config}")
+    return lines
 
 
 def main() -> None:
@@ -147,12 +150,12 @@ def main() -> None:
     if args.saved:
         try:
             with open(args.saved) as saved:
-                results = json.load(saved)["results"]
+                lines = render(json.load(saved)["results"])
         except OSError as exc:
             sys.exit(f"error: cannot read {args.saved}: {exc.strerror}")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             sys.exit(f"error: {args.saved} is not a saved run of this script ({type(exc).__name__}: {exc})")
-        render(results)
+        print("\n".join(lines))
         return
     if not args.out:
         sys.exit("error: give OUT.json to measure into, or --from JSON to print a saved run")
@@ -162,16 +165,25 @@ def main() -> None:
     for item in args.shapes.split(","):
         kernel, _, dims = item.partition(":")
         t, _, h = dims.partition("x")
-        if kernel not in ("rmsnorm", "fused_add_rmsnorm") or not (t.isdigit() and h.isdigit()):
-            sys.exit(f"error: {item!r} is not rmsnorm:TxH or fused_add_rmsnorm:TxH")
+        if kernel not in ("rmsnorm", "fused_add_rmsnorm") or not (t.isdigit() and h.isdigit()) or int(t) < 1:
+            sys.exit(f"error: {item!r} is not rmsnorm:TxH or fused_add_rmsnorm:TxH (T and H whole numbers, T >= 1)")
         wanted.append((kernel, {"T": int(t), "H": int(h)}))
-    results = []
-    with EvaluationWorker(device_index=0, timeout_s=600) as worker:
-        for kernel, shape in wanted:
-            results.append(measure(worker, kernel, shape, args.rounds, args.l2))
-            render(results[-1:])
-            with open(args.out, "w") as out:
-                json.dump({"device": worker.device, "arguments": vars(args), "results": results}, out, indent=1)
+    try:
+        for kernel, shape in wanted:  # a shape the kernel does not run at is said before the GPU starts
+            suite.check_run(suite.load(kernel), [shape], "bf16")
+        with open(args.out, "w") as out:  # likewise an OUT that cannot be written
+            json.dump({"results": []}, out)
+        results = []
+        with EvaluationWorker(device_index=0, timeout_s=600) as worker:
+            for kernel, shape in wanted:
+                results.append(measure(worker, kernel, shape, args.rounds, args.l2))
+                print("\n".join(render(results[-1:])), flush=True)
+                with open(args.out, "w") as out:
+                    json.dump({"device": worker.device, "arguments": vars(args), "results": results}, out, indent=1)
+    except OSError as exc:
+        sys.exit(f"error: cannot write {args.out}: {exc.strerror}")
+    except AstraError as exc:  # no GPU, a shape the kernel does not take: one line naming it
+        sys.exit(f"error: {exc}")
 
 
 if __name__ == "__main__":

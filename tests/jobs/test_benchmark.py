@@ -357,7 +357,7 @@ def test_norm_code_gap_forms_define_the_row_length_and_compile(kernel):
     assert [o.error for o in outcomes] == [None, None, None], [o.error for o in outcomes]
 
 
-def test_norm_code_gap_saved_run_gives_the_figures_performance_md_cites():
+def test_norm_code_gap_saved_run_gives_the_figures_performance_md_cites(tmp_path):
     """The saved H100 run in docs (entry 22): at rmsnorm 128x4096, cold, the shipped pick (SGLang's
     launch shape) 2.894 us, with the row length compiled in 2.813, unguarded 2.781, SGLang's JIT
     rmsnorm 2.794; bad input is one line on stderr."""
@@ -375,8 +375,13 @@ def test_norm_code_gap_saved_run_gives_the_figures_performance_md_cites():
     assert "2.894 us" in lines["as_shipped (shipped pick)"] and "0.965x of JIT's speed" in lines["as_shipped (shipped pick)"]
     assert "2.813 us" in lines["const_h (shipped pick)"]
     assert "2.781 us" in lines["const_h_unguarded (shipped pick)"] and "1.005x" in lines["const_h_unguarded (shipped pick)"]
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text('{"results": [{}]}')
     for args, says in ((["--from", str(saved.with_name("nosuch.json"))], "cannot read"),
+                       (["--from", str(malformed)], "is not a saved run of this script"),
                        (["x.json", "--shapes", "rmsnorm:4096"], "is not rmsnorm:TxH"),
+                       (["x.json", "--shapes", "rmsnorm:0x4096"], "T >= 1"),
+                       ([str(tmp_path / "no" / "x.json"), "--shapes", "rmsnorm:1x4096"], "cannot write"),
                        ([], "give OUT.json")):
         bad = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=120)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, (args, bad.stderr)
