@@ -2,27 +2,30 @@
 length the JIT kernel has at compile time?
 
 SGLang's JIT rmsnorm is a C++ template on the hidden size (`kDim`): its loops have no bounds and its
-grid has no tail. The project's templates take `hidden` and `tokens` at run time and guard every
-vector with `k * ROW_THREADS < rem` and every row with `row < tokens`. Entry 16 of
-docs/performance.md found the tables running SGLang's own launch shape at rmsnorm 128x4096, 256x4096
-and 1x8192 and still 1.5-2.7% behind, with no configuration of the template faster by more than 1%.
-This times, in one evaluation worker, at each shape, round after round in the same order:
+grid has no tail. The norm templates took `hidden` and `tokens` at run time and guarded every vector
+with `k * ROW_THREADS < rem` and every row with `row < tokens`. Entry 16 of docs/performance.md found
+the tables running SGLang's own launch shape at rmsnorm 128x4096, 256x4096 and 1x8192 and still
+1.5-2.7% behind, with no configuration of the template faster by more than 1%. Entry 22 measured the
+row length compiled in, and the guards removed, with this script; the templates have since taken
+them as the parameter STATIC_ROW. This times, in one evaluation worker, at each shape, round after
+round in the same order:
 
 - `sglang_jit`: SGLang's JIT kernel (`astra import-sglang`'s folder on the kernel path);
-- for the shipped table's pick and each of the spec's seeds (SGLang's launch shapes):
-  - `as_shipped`: the template as it ships;
-  - `const_h`: the same text with the row length a compile-time constant (`//@ derive ROW_LEN = H`);
-  - `const_h_unguarded`: that, and the guards a row of exactly ROW_THREADS x ITEMS vectors in a
-    grid of exactly T CTAs makes dead removed (`valid = true`, every `k * ROW_THREADS < rem` true);
-    only for configurations where that holds.
+- for the shipped table's pick and each of the spec's seeds (SGLang's launch shapes), the template at
+  each STATIC_ROW it admits there:
+  - `as_shipped` (STATIC_ROW 0): the row length read at run time, as the templates shipped before;
+  - `const_h` (1): the row length a compile-time constant (`//@ derive ROW_LEN = H`);
+  - `const_h_unguarded` (2): that, and the guards a row of exactly ROW_THREADS x ITEMS vectors in a
+    grid of exactly T CTAs makes dead removed; the template admits it only where that holds.
 
     ASTRA_KERNELS_PATH=.sglang-imported python3 -P bench/norm_code_gap.py OUT.json [--rounds 3] [--l2 cold|warm]
         [--shapes rmsnorm:128x4096,fused_add_rmsnorm:1x4096]
     python bench/norm_code_gap.py --from OUT.json     # the tables of a saved run (no GPU)
 
 Every timing is `astra bench`'s protocol (arena layout, CUDA-graph replay, the given L2 regime) after
-the float64 checks; a variant that fails them is reported with its status, not timed. The variants
-are text edits of the shipped template made here; the shipped template is not changed.
+the float64 checks; a variant that fails them is reported with its status, not timed. The runs saved
+under docs/bench/h100-2026-11-26d/code-gap/ were made before the parameter existed, with the same
+three forms as text edits of the template; their labels are these.
 """
 
 from __future__ import annotations
@@ -38,46 +41,28 @@ from astra_kernels.jobs.tuning import seed_configs
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.worker import EvaluationWorker
-from astra_kernels.tools.templating.template import Exclusion, parse_template
+from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.toolchain.compiler import compile_many
 
 SHAPES = ("rmsnorm:1x4096,rmsnorm:1x8192,rmsnorm:128x4096,rmsnorm:256x4096,rmsnorm:128x8192,"
           "fused_add_rmsnorm:1x4096,fused_add_rmsnorm:1x8192,fused_add_rmsnorm:128x4096")
-SIGNATURE = "float eps, int tokens, int hidden) {"
+FORMS = {"as_shipped": 0, "const_h": 1, "const_h_unguarded": 2}  # label: the template's STATIC_ROW
 
 
-def _edit(text: str, old: str, new: str, count: int | None = None) -> str:
-    found = text.count(old)
-    if not found or (count is not None and found != count):
-        raise SystemExit(f"error: the template no longer holds {old!r} ({found} times): this experiment needs updating")
-    return text.replace(old, new)
-
-
-def variants(folder: suite.KernelFolder) -> dict[str, object]:
-    """The shipped template and its two edited forms, parsed as the loader parses a folder's own."""
-    text = folder.template.source
-    const = _edit(text, "//@ grid:", "//@ derive ROW_LEN = H                  -- the row length, a compile-time constant\n//@ grid:", 1)
-    const = _edit(const, SIGNATURE, "float eps, int tokens, int hidden_at_run_time) {\n    constexpr int hidden = ROW_LEN;", 1)
-    unguarded = _edit(const, "const bool valid = row < tokens;", "const bool valid = true;  // ROWS = 1: the grid is T CTAs", 1)
-    unguarded = _edit(unguarded, "if (k * ROW_THREADS < rem) {", "if (true) {  // ROW_THREADS x ITEMS vectors are the row", 3)
-    parsed = {}
-    for name, source in (("const_h", const), ("const_h_unguarded", unguarded)):
-        parsed[name] = parse_template(source, f"{folder.name}/template.cu ({name})",
-                                      suite.template_symbols(folder.spec), folder.path)
-    return {"as_shipped": folder.template, **parsed}
-
-
-def exact_fit(folder: suite.KernelFolder, shape: dict[str, int], config: dict[str, int]) -> bool:
-    """The unguarded form is right only where a CTA is one whole row of exactly ROW_THREADS x ITEMS vectors."""
-    return (config.get("ROWS") == 1 and config.get("CLUSTER") == 1 and config.get("ITEMS", 0) > 0
-            and shape["H"] // config["VEC"] == config["ROW_THREADS"] * config["ITEMS"] and shape["H"] % config["VEC"] == 0)
+def forms_of(folder: suite.KernelFolder, env: dict, config: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """`config` at each STATIC_ROW the template admits in `env`, labelled by form (FORMS)."""
+    forms = []
+    for label, static_row in FORMS.items():
+        variant = {**config, "STATIC_ROW": static_row}
+        if not isinstance(folder.template.instantiate(variant, env), Exclusion):
+            forms.append((label, variant))
+    return forms
 
 
 def measure(worker, kernel: str, shape: dict[str, int], rounds: int, l2: str) -> dict:
     folder = suite.load(kernel)
     sms, arch = worker.device["multiprocessors"], worker.device["arch"]
-    forms = variants(folder)
-    configs: list[tuple[str, dict[str, int]]] = []
+    configs: list[tuple[str, dict[str, int]]] = []  # (origin, config): each launch shape once, whatever its STATIC_ROW
     table = shipped_table(kernel, worker.device["name"], l2)
     if table is not None:
         config, _, source = table.pick(shape, sms, arch)
@@ -85,7 +70,7 @@ def measure(worker, kernel: str, shape: dict[str, int], rounds: int, l2: str) ->
             configs.append(("shipped pick", dict(config)))
     env = suite.environment(folder.spec, shape, "bf16", "default", sms, arch)
     for i, config in enumerate(seed_configs(folder, env)):
-        if all(config != c for _, c in configs):
+        if all({**config, "STATIC_ROW": 0} != {**c, "STATIC_ROW": 0} for _, c in configs):
             configs.append((f"seed {i}", config))
     runs: list[tuple[str, str, object, object, dict | None]] = []  # label, which, folder, template, config
     imported, why = _imported(kernel)
@@ -94,10 +79,8 @@ def measure(worker, kernel: str, shape: dict[str, int], rounds: int, l2: str) ->
     else:
         print(f"  no SGLang JIT column: {why or 'sglang_' + kernel + ' is not on the kernel path'}", flush=True)
     for origin, config in configs:
-        for form, template in forms.items():
-            if form == "const_h_unguarded" and not exact_fit(folder, shape, config):
-                continue
-            runs.append((f"{form} ({origin})", "template", folder, template, config))
+        for form, variant in forms_of(folder, env, config):
+            runs.append((f"{form} ({origin})", "template", folder, None, variant))
     requests = []
     for _, which, f, template, config in runs:
         request = suite.request(f, which, shape, "bf16", "default", config, sms=sms, arch=arch, source=template)

@@ -13,6 +13,11 @@
 // distributed shared memory, so the data is still read once, in one launch. HINT = 1 gives the
 // loads L2 eviction priorities as Inductor's kernels do: w, read by every row, evict_last; x and
 // residual, read once, evict_first.
+// STATIC_ROW = 1 compiles the row length in, as SGLang's JIT norms do (a C++ template on the hidden
+// size): loop bounds and offsets become constants, one binary per row length; STATIC_ROW = 2 also
+// drops the bounds checks, where a CTA is exactly one row of ROW_THREADS x ITEMS vectors. Where the
+// tables ran SGLang's own launch shape and still trailed its kernel, this closed the gap; elsewhere
+// either form can be the slower one, so it is a parameter (docs/performance.md entry 22).
 #include "common.cuh"
 
 //@ kernel: fused_add_rmsnorm
@@ -24,11 +29,15 @@
 //@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
 //@ param CLUSTER: 1, 2, 4, 8                       -- CTAs per row, a thread-block cluster (split rows when tokens are few)
 //@ param HINT: 0, 1                                -- L2 eviction priorities on the loads (evict_last where read again, evict_first where last)
+//@ param STATIC_ROW: 0, 1, 2                      -- the row length: given at run time (0); compiled in (1); compiled in, no bounds checks (2)
+//@ derive ROW_LEN = H if STATIC_ROW > 0 else 0     -- the row length compiled in (0: read from `hidden` at run time)
 //@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
 //@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
 //@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
 //@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
 //@ require HINT == 0 or SM >= 80                  -- L2 cache policies need sm_80
+//@ require STATIC_ROW == 0 or (ROWS == 1 and CLUSTER == 1 and ITEMS > 0)   -- the row length compiled in only where a CTA holds one row in registers (where it pays: docs/performance.md entry 22)
+//@ require STATIC_ROW < 2 or H // VEC == ROW_THREADS * ITEMS   -- no bounds checks only where every thread holds exactly ITEMS vectors of the row
 //@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
 //@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32   -- every CTA of a split row gets at least a warp's vectors
 //@ require ROW_THREADS <= max(32, next_pow2(ceil_div(H // VEC, CLUSTER)))   -- no more threads per row than its vectors (rounded up to a power of two)
@@ -43,10 +52,13 @@
 //@ shared: 0 if ITEMS > 0 else ROWS * H * 4
 //@ fast_math: 1
 //@ max_registers: 128
-//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1 HINT=0
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1 HINT=0 STATIC_ROW=0
 
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
+// Whether this thread's vector k exists: with STATIC_ROW 2 the row is exactly ROW_THREADS x ITEMS
+// vectors, so every one does and the check compiles away.
+#define HAS_VECTOR(k) (STATIC_ROW == 2 || (k) * ROW_THREADS < rem)
 // __launch_bounds__' second argument: enough resident CTAs that the compiler keeps a thread
 // within REG_CAP registers (-maxrregcount does not apply to a kernel with launch bounds).
 #define MIN_CTAS ((65536 / (THREADS * REG_CAP)) > 0 ? (65536 / (THREADS * REG_CAP)) : 1)
@@ -145,14 +157,19 @@ template <typename V> __device__ __forceinline__ V load_hinted(const V* p, unsig
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS) CLUSTER_DIMS
 fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, const scalar_t* __restrict__ w,
-                  float eps, int tokens, int hidden) {
+                  float eps, int tokens, int hidden_at_run_time) {
+#if STATIC_ROW
+    constexpr int hidden = ROW_LEN;  // compiled in, as SGLang's JIT norms have it: constant loop bounds and offsets
+#else
+    const int hidden = hidden_at_run_time;
+#endif
     typedef Vec<scalar_t, VEC> V;
     HINT_POLICIES
     const int group = threadIdx.x / ROW_THREADS;  // the CTA's row this thread works on
     const int t = threadIdx.x % ROW_THREADS;      // its index within the row's threads
     const int lane = threadIdx.x & 31;
     const long long row = (long long)(blockIdx.x / CLUSTER) * ROWS + group;
-    const bool valid = row < tokens;
+    const bool valid = STATIC_ROW == 2 || row < tokens;  // STATIC_ROW 2: ROWS = 1, so the grid is T CTAs
 #if WARPS_PER_ROW == 1
     if (!valid) return;  // a warp per row: no CTA-wide barrier below
 #endif
@@ -184,7 +201,7 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
 #endif
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-        if (k * ROW_THREADS < rem) {
+        if (HAS_VECTOR(k)) {
             xv[k] = LOAD_LAST(xt + k * ROW_THREADS);
             rv[k] = LOAD_LAST(rt + k * ROW_THREADS);
 #if PRELOAD_W
@@ -195,7 +212,7 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
     float s[ITEMS][VEC];
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-        if (k * ROW_THREADS < rem) {
+        if (HAS_VECTOR(k)) {
             V ro;
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
@@ -248,7 +265,7 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
 #if ITEMS > 0
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-        if (k * ROW_THREADS < rem) {
+        if (HAS_VECTOR(k)) {
 #if PRELOAD_W
             const V wk = wv[k];
 #else

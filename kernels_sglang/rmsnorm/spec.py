@@ -25,15 +25,21 @@ _ODD = [{"T": t, "H": h} for t, h in (
 # row-per-CTA configuration was timed on an H200 (bench/focused_grid.py, 2026-11-26), where this
 # family won at all ten few-token shapes probed and the 4-second searches had measured few of it
 # (docs/performance.md entry 16).
+# Each is seeded twice: with the row length compiled in and no bounds checks (STATIC_ROW 2), as
+# SGLang's JIT kernels are built (a C++ template on the hidden size), and as the run-time form
+# (STATIC_ROW 0): at the few-token shapes the compiled-in form was the faster, at some 1024-2048-token
+# shapes the run-time one (docs/performance.md entry 22), so the search measures both.
 _VECTORS = "H * ELEM_BYTES / 16"  # a row's 16-byte vectors (true division: no seed where they do not split evenly)
 ROW_SEEDS = [
-    Seed(note=note, config={"ROW_THREADS": f"{_VECTORS} / {items}", "ROWS": "1", "VEC": "16 // ELEM_BYTES",
-                            "ITEMS": str(items), "PRELOAD_W": "1", "REG_CAP": "128", "CLUSTER": "1", "HINT": "0"})
+    Seed(note=note + form, config={"ROW_THREADS": f"{_VECTORS} / {items}", "ROWS": "1", "VEC": "16 // ELEM_BYTES",
+                                   "ITEMS": str(items), "PRELOAD_W": "1", "REG_CAP": "128", "CLUSTER": "1", "HINT": "0",
+                                   "STATIC_ROW": static_row})
     for items, note in (
         (1, "SGLang's JIT fused_add_rmsnorm: a CTA per row, one 16-byte vector a thread"),
         (2, "SGLang's JIT rmsnorm (rmsnorm_cta_double): a CTA per row of H / 16 threads, two vectors each"),
         (4, "a CTA per row, four 16-byte vectors a thread"),
     )
+    for static_row, form in (("2", "; the row length compiled in, no bounds checks"), ("0", "; the row length at run time"))
 ]
 _ANCHORS = [
     # (shape, H200 SGLang us, H200 torch.compile us, H100 SGLang us, H100 torch.compile us)

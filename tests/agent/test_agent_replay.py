@@ -1,5 +1,5 @@
 """The whole agent graph without a GPU, on real measurements: `astra optimize --replay` over the
-newest H200 recording of rmsnorm shipped with the package (the one of its current template). The
+newest recording of rmsnorm shipped with the package (an H100's) (the one of its current template). The
 rule-based planner tunes the template, the profiler accepts the result, and the report carries the
 recorded times."""
 

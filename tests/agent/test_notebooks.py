@@ -1,5 +1,5 @@
 """The notebooks, executed as a user would run them, in replay mode (a results store recorded on an
-H200), and their outputs checked: the quickstart tunes and shows the dispatch table; the
+H100), and their outputs checked: the quickstart tunes and shows the dispatch table; the
 embedding notebook runs the agent as a node of a parent graph and receives its streamed events; the
 agent notebook runs the chat-model loop against a local stub endpoint that answers from a script."""
 
@@ -23,7 +23,7 @@ def _run(name: str, monkeypatch, replay: bool = True) -> str:
     """Execute the notebook in its own folder; return all it printed or displayed. `replay=False`
     leaves the choice to the notebook: its local GPU where it finds one."""
     if replay:
-        monkeypatch.setenv("ASTRA_REPLAY", "1")  # the recorded H200 store, even on a machine with a GPU
+        monkeypatch.setenv("ASTRA_REPLAY", "1")  # the recorded store, even on a machine with a GPU
     else:
         monkeypatch.delenv("ASTRA_REPLAY", raising=False)
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -40,9 +40,10 @@ def _run(name: str, monkeypatch, replay: bool = True) -> str:
 
 def test_quickstart_tunes_and_shows_the_table(monkeypatch):
     text = _run("quickstart.ipynb", monkeypatch)
-    assert "replaying h200-2026-11-26b/rmsnorm.sqlite.gz (NVIDIA H200)" in text
-    # the recorded run's figures at 16384x8192: baseline 188.35 us, fastest measured 129.70 us
-    assert "16384x8192: baseline  188.35 us, dispatched  129.70 us (1.45x" in text
+    assert "replaying h100-2026-11-27/rmsnorm.sqlite.gz (NVIDIA H100 80GB HBM3)" in text
+    # the recorded run's figures at 16384x8192 (its report, docs/bench/h100-2026-11-27/tune/rmsnorm-cold):
+    # baseline 203.88 us, fastest measured 179.29 us
+    assert "16384x8192: baseline  203.88 us, dispatched  179.29 us (1.14x" in text
     assert "| shape | space |" in text  # the report, rendered as markdown
     assert "4096x8192: template" in text and "(nearest tuned shape 2048x8192)" in text
 
@@ -89,10 +90,10 @@ def test_agent_notebook_runs_the_chat_model_loop_on_a_scripted_endpoint(monkeypa
     events = [line.strip() for line in text.splitlines() if " | " in line]
     plans = [e.split(" | ", 1)[1].split(": ")[:2] for e in events if e.startswith("planner |")]
     assert plans == [["round 1", "templatize"], ["round 2", "rewrite"], ["round 3", "stop"]]
-    assert any(e.startswith("templater | candidate 1: a template of 8 parameters") for e in events)
+    assert any(e.startswith("templater | candidate 1: a template of 9 parameters") for e in events)
     # the run stopped after the first verdict and a new graph resumed it from the SQLite checkpoint
     assert "1 planner round(s) done, best so far candidate 2, next ('planner',)" in text
-    # the rewrite was never measured on the H200: unmeasured at every shape (not estimated, and not
+    # the rewrite was never measured on the recording's GPU: unmeasured at every shape (not estimated, and not
     # sent back to be fixed as if it were wrong)
     tester = [e for e in events if e.startswith("tester |")]
     assert len(tester) == 1 and "candidate 3 is unmeasured" in tester[0] and "128x4096, 16384x8192" in tester[0]

@@ -1,5 +1,5 @@
 """LangGraph Studio's server runs the agent: `langgraph dev` serves langgraph.json's graph, and a run
-through its REST API (the calls Studio itself makes) replays the shipped H200 recording, with plain
+through its REST API (the calls Studio itself makes) replays the shipped rmsnorm recording, with plain
 context values only, and ends with the recording's own figures."""
 
 from __future__ import annotations

@@ -33,3 +33,15 @@ def test_a_file_that_is_not_a_run_is_one_line(capsys, monkeypatch, tmp_path):
     (tmp_path / "x.json").write_text("{}")
     code, out = run(capsys, monkeypatch, tmp_path / "x.json")
     assert code == 2 and out.startswith("error: ") and out.count("\n") == 1 and "x.json" in out
+
+
+def test_by_set_splits_a_run_into_its_shape_sets(capsys, monkeypatch):
+    """--by-set: the 2026-11-27 H100 run of both norms over astra and serving as one row per kernel and
+    set (docs/benchmarks.md's table for the row length compiled in); a shape of both sets (rmsnorm
+    1024x4096) counts in each, so the sets' shapes add up to more than the run's 17."""
+    runs = ROOT / "docs" / "bench" / "h100-2026-11-27"
+    code, out = run(capsys, monkeypatch, "--by-set", runs / "cold-norms" / "bench.json")
+    assert code == 0
+    assert "| cold | rmsnorm | astra | 8 | 8 of 8 | 1.079x | 1.279x | 1.062x (7 shapes) | 1.196x |" in out
+    assert "| cold | fused_add_rmsnorm | serving | 14 | 13 of 14 | 1.047x | 1.147x | 1.048x | 1.157x |" in out
+    assert out.count("| cold | rmsnorm |") == 2

@@ -325,33 +325,29 @@ def _norm_code_gap():
 
 
 @pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm"])
-def test_norm_code_gap_forms_define_the_row_length_and_compile(kernel):
-    """bench/norm_code_gap.py's edited forms of a norm template: `const_h` defines ROW_LEN as the
-    shape's H (and only there differs from the shipped text), `const_h_unguarded` drops the guards;
-    both compile for sm_90, and the unguarded one is offered only where a CTA is exactly one row of
-    ROW_THREADS x ITEMS vectors (SGLang's 256 threads of two 16-byte vectors at H = 4096, not 512 of four)."""
-    from astra_kernels.tools.templating.template import Exclusion
+def test_norm_code_gap_forms_are_the_templates_static_row_values_and_compile(kernel):
+    """bench/norm_code_gap.py's three forms are the template's STATIC_ROW values: the row length at
+    run time (no ROW_LEN), compiled in (ROW_LEN = H), and compiled in without bounds checks, which
+    the template admits only where a CTA is exactly one row of ROW_THREADS x ITEMS vectors (SGLang's
+    256 threads of two 16-byte vectors at H = 4096, not 512 of four, not two rows a CTA); every form
+    offered compiles for sm_90."""
     from astra_kernels.tools.toolchain.compiler import compile_many
 
     _, gap = _norm_code_gap()
     folder = suite.load(kernel)
-    forms = gap.variants(folder)
-    assert list(forms) == ["as_shipped", "const_h", "const_h_unguarded"]
-    assert forms["as_shipped"] is folder.template
-    assert "constexpr int hidden = ROW_LEN;" in forms["const_h"].source
-    assert "if (k * ROW_THREADS < rem)" in forms["const_h"].source
-    assert "if (k * ROW_THREADS < rem)" not in forms["const_h_unguarded"].source
-    assert "const bool valid = true;" in forms["const_h_unguarded"].source
     shape = {"T": 128, "H": 4096}
-    sglang = dict(ROW_THREADS=256, ROWS=1, VEC=8, ITEMS=2, PRELOAD_W=1, REG_CAP=128, CLUSTER=1, HINT=0)
-    assert gap.exact_fit(folder, shape, sglang)
-    assert not gap.exact_fit(folder, shape, {**sglang, "ROW_THREADS": 512, "ITEMS": 4})
-    assert not gap.exact_fit(folder, shape, {**sglang, "ROWS": 2})
+    env = suite.environment(folder.spec, shape, "bf16", "default", 132, "sm_90")
+    sglang = dict(ROW_THREADS=256, ROWS=1, VEC=8, ITEMS=2, PRELOAD_W=1, REG_CAP=128, CLUSTER=1, HINT=0, STATIC_ROW=0)
+    forms = gap.forms_of(folder, env, sglang)
+    assert [(label, c["STATIC_ROW"]) for label, c in forms] == [("as_shipped", 0), ("const_h", 1), ("const_h_unguarded", 2)]
+    assert [label for label, _ in gap.forms_of(folder, env, {**sglang, "ROW_THREADS": 512, "ITEMS": 4})] == \
+        ["as_shipped", "const_h"]
+    assert [label for label, _ in gap.forms_of(folder, env, {**sglang, "ROWS": 2, "ROW_THREADS": 128, "ITEMS": 4})] == \
+        ["as_shipped"]
     requests = []
-    for name, template in forms.items():
-        request = suite.request(folder, "template", shape, "bf16", "default", sglang, arch="sm_90", source=template)
-        assert not isinstance(request, Exclusion), (name, request)
-        assert request.options.defines.get("ROW_LEN") == (None if name == "as_shipped" else 4096), name
+    for label, config in forms:
+        request = suite.request(folder, "template", shape, "bf16", "default", config, arch="sm_90")
+        assert request.options.defines.get("ROW_LEN") == (0 if label == "as_shipped" else 4096), label
         requests.append((request.source, request.options))
     outcomes = compile_many(requests)
     assert [o.error for o in outcomes] == [None, None, None], [o.error for o in outcomes]

@@ -1,4 +1,4 @@
-"""`astra report` without a GPU: figures from stores built row by row, the shipped H200 recording
+"""`astra report` without a GPU: figures from stores built row by row, the shipped rmsnorm recording
 checked against its own rows, the HTML page and charts, and every kind of bad input."""
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def test_shipped_rmsnorm_recording_matches_its_rows(tmp_path):
     big = max(group.shapes, key=lambda s: s.bytes_moved)
     assert f"| {big.label} | " in markdown and f"| {baseline[big.label]:.2f} | {best[big.label]:.2f} | " in markdown
     assert f"{group.geomean_speedup:.3f}x over {len(baseline)} shapes" in markdown
-    assert f"{recording.session}/rmsnorm.sqlite.gz" in markdown and "NVIDIA H200" in markdown
+    assert f"{recording.session}/rmsnorm.sqlite.gz" in markdown and "NVIDIA H100 80GB HBM3" in markdown
     roofline = ElementTree.parse(out / "roofline.svg").getroot()
     circles = len(list(roofline.iter(SVG + "circle")))
     assert circles == 2 * len(baseline) + 2, "a point per shape and side, and the legend's two"

@@ -255,7 +255,9 @@ def test_the_report_names_the_start_round():
 
 def test_the_specs_seeds_are_points_of_its_template_at_each_shape():
     """SGLang's norms as seeds: one to four 16-byte vectors a thread, a CTA per row, at every H that
-    splits into such threads; none at a width whose thread count the template does not offer."""
+    splits into such threads, each with the row length compiled in and unchecked (STATIC_ROW 2, as
+    SGLang builds them) and read at run time (0); none at a width whose thread count the template
+    does not offer."""
     from astra_kernels.kernels_sglang import suite
 
     rmsnorm = suite.load("rmsnorm")
@@ -264,9 +266,10 @@ def test_the_specs_seeds_are_points_of_its_template_at_each_shape():
         return tuning.seed_configs(rmsnorm, suite.environment(rmsnorm.spec, shape, dtype, "default", 132, "sm_90"))
 
     found = seeds({"T": 128, "H": 4096})
-    assert [(c["ROW_THREADS"], c["ITEMS"], c["VEC"], c["PRELOAD_W"], c["ROWS"]) for c in found] == [
-        (512, 1, 8, 1, 1), (256, 2, 8, 1, 1), (128, 4, 8, 1, 1)]
-    assert [c["ROW_THREADS"] for c in seeds({"T": 1, "H": 8192})] == [1024, 512, 256]
+    assert [(c["ROW_THREADS"], c["ITEMS"], c["VEC"], c["PRELOAD_W"], c["ROWS"], c["STATIC_ROW"]) for c in found] == [
+        (512, 1, 8, 1, 1, 2), (512, 1, 8, 1, 1, 0), (256, 2, 8, 1, 1, 2), (256, 2, 8, 1, 1, 0),
+        (128, 4, 8, 1, 1, 2), (128, 4, 8, 1, 1, 0)]
+    assert [c["ROW_THREADS"] for c in seeds({"T": 1, "H": 8192})] == [1024, 1024, 512, 512, 256, 256]
     assert seeds({"T": 128, "H": 11008}) == []  # 1376 threads a row: not a value of ROW_THREADS
     assert suite.load("fused_add_rmsnorm").spec.seeds == rmsnorm.spec.seeds
 

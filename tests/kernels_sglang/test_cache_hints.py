@@ -18,7 +18,7 @@ def ptx_of(request) -> str:
     return ptx
 
 
-NORM = {"ROW_THREADS": 128, "ROWS": 1, "ITEMS": 0, "PRELOAD_W": 0, "REG_CAP": 128, "CLUSTER": 1, "HINT": 1}
+NORM = {"ROW_THREADS": 128, "ROWS": 1, "ITEMS": 0, "PRELOAD_W": 0, "REG_CAP": 128, "CLUSTER": 1, "HINT": 1, "STATIC_ROW": 0}
 
 
 @pytest.mark.parametrize("name", ["rmsnorm", "fused_add_rmsnorm"])

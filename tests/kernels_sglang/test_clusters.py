@@ -10,7 +10,7 @@ from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.templating.template import Exclusion, Instance
 
 NORMS = ["rmsnorm", "fused_add_rmsnorm"]
-SPLIT = {"ROW_THREADS": 64, "ROWS": 1, "VEC": 8, "ITEMS": 2, "PRELOAD_W": 0, "REG_CAP": 128, "CLUSTER": 4, "HINT": 0}
+SPLIT = {"ROW_THREADS": 64, "ROWS": 1, "VEC": 8, "ITEMS": 2, "PRELOAD_W": 0, "REG_CAP": 128, "CLUSTER": 4, "HINT": 0, "STATIC_ROW": 0}
 
 
 @pytest.mark.parametrize("name", NORMS)

@@ -189,7 +189,7 @@ def _optimize(out: Path, *extra: str) -> subprocess.Popen:
 
 
 def test_astra_optimize_killed_mid_graph_resumes_from_its_thread_to_the_same_report(tmp_path):
-    """The command line on the shipped H200 recording: killed once the planner's checkpoint is on
+    """The command line on the shipped rmsnorm recording: killed once the planner's checkpoint is on
     disk (so inside the tuner), then `--resume THREAD`: the same report as an uninterrupted run,
     and the results store still exactly the recording's rows."""
     _finish(_optimize(tmp_path / "whole", "--thread", "whole"))
