@@ -20,6 +20,7 @@ from astra_kernels.tools.cluster.compiling import RayCompileExecutor
 from astra_kernels.tools.cluster.pool import WorkerPool
 from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.measuring.results import ResultsStore
+from astra_kernels.tools.measuring.replay import recorded_devices
 from astra_kernels.tools.search.runner import StoredEvaluator
 from astra_kernels.tools.toolchain.compiler import compiling_with
 from . import tuning
@@ -45,7 +46,10 @@ def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, R
     kind's search measures first (tuning.tune's `start`: the table shipped for that kind, say);
     `options`: tuning.tune's (strategy, budget, rounds, seed, sample, max_spill_bytes, l2). With
     `compile_on_cluster`, compiles are tasks on the cluster's CPUs (else this host's cores)."""
-    work = [(kind, job) for kind in pool.kinds for job in jobs]
+    # A replay tunes a kernel only on the GPU kinds its recording holds: on another, every
+    # evaluation would be unrecorded (silu_and_mul's H200 recording beside rmsnorm's H100 one).
+    held = {job.recording: set(recorded_devices(job.recording)) for job in jobs if job.recording}
+    work = [(kind, job) for kind in pool.kinds for job in jobs if not job.recording or kind in held[job.recording]]
 
     def run(item) -> tuple[tuple[str, str], tuning.TuneReport]:
         kind, job = item

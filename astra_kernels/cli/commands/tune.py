@@ -137,7 +137,8 @@ def _tune_on_cluster(args) -> int:
     for (kind, name), report in reports.items():
         job = next(j for j in jobs if j.folder.spec.name == name)
         out = output_folder(args, name)
-        out = out / cluster_tuning.kind_folder(kind, kinds) if len(kinds) > 1 else out
+        tuned_on = [k for k, n in reports if n == name]  # a replay: the kinds its recording holds
+        out = out / cluster_tuning.kind_folder(kind, kinds) if len(tuned_on) > 1 else out
         code = max(code, finish(args, job.folder, report, out, paths[name]))
         printed.append(report)
     _print_json(args, printed)
