@@ -72,34 +72,33 @@ def measure(worker, kernel: str, shape: dict[str, int], rounds: int, l2: str) ->
     for i, config in enumerate(seed_configs(folder, env)):
         if all({**config, "STATIC_ROW": 0} != {**c, "STATIC_ROW": 0} for _, c in configs):
             configs.append((f"seed {i}", config))
-    runs: list[tuple[str, str, object, object, dict | None]] = []  # label, which, folder, template, config
+    runs: list[tuple[str, str, object, dict | None]] = []  # label, which, folder, config
     imported, why = _imported(kernel)
     if imported is not None:
-        runs.append(("sglang_jit", "baseline", imported, None, None))
+        runs.append(("sglang_jit", "baseline", imported, None))
     else:
         print(f"  no SGLang JIT column: {why or 'sglang_' + kernel + ' is not on the kernel path'}", flush=True)
     for origin, config in configs:
         for form, variant in forms_of(folder, env, config):
-            runs.append((f"{form} ({origin})", "template", folder, None, variant))
+            runs.append((f"{form} ({origin})", "template", folder, variant))
     requests = []
-    for _, which, f, template, config in runs:
-        request = suite.request(f, which, shape, "bf16", "default", config, sms=sms, arch=arch, source=template)
+    for _, which, f, config in runs:
+        request = suite.request(f, which, shape, "bf16", "default", config, sms=sms, arch=arch)
         if not isinstance(request, Exclusion):
             requests.append((request.source, request.options))
     compile_many(requests)  # every core, before the GPU's turn
     times: dict[str, list[float]] = {label: [] for label, *_ in runs}
     status: dict[str, str] = {}
     for _ in range(rounds):
-        for label, which, f, template, config in runs:
-            us, _, state = _time_of(_evaluate(worker, f, which, shape, "bf16", config, sms, "arena", l2=l2,
-                                              template=template))
+        for label, which, f, config in runs:
+            us, _, state = _time_of(_evaluate(worker, f, which, shape, "bf16", config, sms, "arena", l2=l2))
             if us is None:
                 status[label] = state
             else:
                 times[label].append(us)
     rows = []
     jit = statistics.median(times["sglang_jit"]) if times.get("sglang_jit") else None
-    for label, which, f, template, config in runs:
+    for label, which, f, config in runs:
         median = statistics.median(times[label]) if times[label] else None
         rows.append({"label": label, "config": config, "us": times[label], "median_us": median,
                      "jit_over_this": (jit / median) if jit and median else None, "status": status.get(label, "ok")})
