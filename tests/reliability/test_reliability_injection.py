@@ -80,9 +80,9 @@ def test_a_recordings_device_name_is_inert_text_in_the_markdown_report(replayed)
     assert heading.startswith("# silu_and_mul: ") and "\\|cell" in heading
     assert not any(line.startswith(("import os", '"""')) for line in text.splitlines())
     bench = benchmark.BenchReport(device=PLANTED_DEVICE, arch="sm_90\n# owned", date="2026-11-27", dtype="bf16",
-                                  commands=["astra bench `x`\n<b>y</b>"], torch_version="<i>2</i>")
+                                  commands=["astra bench `x`\n# owned"], torch_version="<i>2</i>")
     markdown = benchmark.render_markdown(bench)
-    assert not re.search(r"<(img|b|i)\b", markdown), markdown
+    assert not re.search(r"<(img|i)\b", markdown) and "``astra bench `x`\\n# owned``" in markdown, markdown
     assert not any(line.startswith(("# owned", "import os")) for line in markdown.splitlines())
 
 
@@ -169,3 +169,18 @@ def test_the_docs_say_that_loading_a_kernel_folder_runs_its_python():
         assert "runs its `spec.py` and `reference.py`" in " ".join(text.split())
     studio = (ROOT / "docs" / "studio.md").read_text()
     assert "ASTRA_STUDIO_MODEL_HOSTS" in studio and "access-control-allow-origin" in studio
+
+
+def test_a_wheels_version_string_reaches_the_imported_spec_only_as_text(tmp_path):
+    """`astra import-sglang --from WHEEL` reads SGLang's version from the wheel's METADATA into the
+    spec.py and the wrapper .cu it writes: a version that closes a string must stay text."""
+    from astra_kernels.jobs import importing
+
+    version = '1"""+__import__("os").system("touch PWNED")+"""\n#include "/etc/passwd"'
+    sources = importing.Sources(jit=tmp_path, sglang_version=version, sglang_licence=None, tvm_ffi_include=tmp_path,
+                                tvm_ffi_version="0", tvm_ffi_licences=[], origin="test")
+    recipe = importing.RECIPES["rmsnorm"]
+    files = importing._folder_files(recipe, sources, {"default": [{"T": 16, "H": 4096}]})
+    tree = ast.parse(files["spec.py"])
+    assert not any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "__import__" for n in ast.walk(tree))
+    assert not [line for line in files["baseline.cu"].splitlines() if line.startswith('#include "/etc')]
