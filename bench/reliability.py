@@ -33,6 +33,7 @@ THEMES = {
     "test_reliability_store.py": "results-store faults: concurrent writers, kills, torn and damaged files",
     "test_reliability_inputs.py": "malformed kernel folders, templates and expressions",
     "test_reliability_security.py": "security: no eval or shell, strict checkpoints, planted keys",
+    "test_reliability_injection.py": "security: hostile text from recordings and files, Studio's context",
     "test_reliability_cli.py": "bad input on the command line, and runs that measure nothing",
     "test_reliability_signals.py": "Ctrl-C, SIGTERM and SIGKILL while compiling: fast exit, no process left",
     "test_kernel_faults.py": "kernel faults, CPU side: compile timeout, guard bands, refusals",

@@ -23,8 +23,9 @@ from .context import RunContext
 from .state import AgentInput, AgentOutput, AgentState
 
 
-def build_graph() -> StateGraph:
-    builder = StateGraph(AgentState, context_schema=RunContext, input_schema=AgentInput, output_schema=AgentOutput)
+def build_graph(context_schema: type[RunContext] = RunContext) -> StateGraph:
+    """The agent's graph; `context_schema` is RunContext, or StudioContext for a served graph (studio.py)."""
+    builder = StateGraph(AgentState, context_schema=context_schema, input_schema=AgentInput, output_schema=AgentOutput)
     builder.add_node("load", load)
     builder.add_node("planner", plan)
     builder.add_node("generator", generate)

@@ -11,10 +11,16 @@ context is not checkpointed, so an API key passed in a model object never reache
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from astra_kernels.defaults import TUNE_SECONDS
+from astra_kernels.tools.errors import UsageError
 
 
 @dataclass
@@ -61,3 +67,76 @@ class RunContext:
         """Whether the role ("planner" or "coder") has a model: its own object or name, else the run's."""
         return bool(getattr(self, f"{role}_chat_model") or self.chat_model or getattr(self, f"{role}_model")
                     or self.model)
+
+
+STUDIO_ROOT = "ASTRA_STUDIO_ROOT"  # the folder a served run may read and write under (default: the working directory)
+STUDIO_MODEL_HOSTS = "ASTRA_STUDIO_MODEL_HOSTS"  # hosts besides this machine a served run may send requests to
+_RECORDED = re.compile(r"recorded(:[A-Za-z0-9][A-Za-z0-9_-]*)?\Z")
+_OBJECTS = ("chat_model", "planner_chat_model", "coder_chat_model", "evaluator")
+
+
+@dataclass
+class StudioContext(RunContext):
+    """RunContext as LangGraph's server (`langgraph dev`, Studio) takes it: from any client's JSON.
+
+    The dev server answers `access-control-allow-origin: *`, so a web page open in the user's
+    browser can start a run with a context of its choosing, and a run writes where `out` and
+    `results` say, reads the store `replay` names and sends the model requests, with the API key of
+    the server's environment, to `base_url`. So a served run takes paths only under a working root
+    (the server's working directory, or $ASTRA_STUDIO_ROOT), a shipped recording or a store under
+    that root as `replay`, a model server only on this machine unless $ASTRA_STUDIO_MODEL_HOSTS
+    names the host (comma-separated; `*` for any), and no objects (JSON cannot carry them; a dict in
+    their place would reach the nodes). A refusal is one line naming the field. Python's own use
+    (RunContext, the CLI) keeps every freedom: its caller is the user."""
+
+    def __post_init__(self) -> None:
+        root = Path(os.environ.get(STUDIO_ROOT) or Path.cwd()).resolve()
+        for name in _OBJECTS:
+            if getattr(self, name) is not None:
+                raise UsageError(f"Studio context: {name} cannot be given through the server; "
+                                 "set `model` (and `base_url`) or `replay` instead")
+        if self.replay is not None and self.replay.startswith("recorded:") and not _RECORDED.match(self.replay):
+            raise UsageError(f"Studio context: replay {self.replay!r} names no shipped recording's session "
+                             "(letters, digits, - and _, e.g. recorded:h200-2026-11-24)")
+        if self.replay is not None and not _RECORDED.match(self.replay):
+            _under_root("replay", self.replay, root, "or `recorded` / `recorded:SESSION` for a shipped recording")
+        _under_root("results", self.results, root)
+        if self.out is not None:
+            _under_root("out", self.out, root)
+        if self.base_url is not None:
+            _allowed_host(self.base_url)
+
+
+def _under_root(field: str, value: str, root: Path, alternative: str = "") -> None:
+    """Refuse a path (relative ones are to the working directory, as the nodes take them) that is not
+    under `root`, symbolic links and `..` followed."""
+    try:
+        Path(value).resolve().relative_to(root)
+    except (ValueError, OSError, TypeError):
+        raise UsageError(f"Studio context: {field} {value!r} is not under the server's working root {root} "
+                         f"(a relative path there{', ' + alternative if alternative else ''}; "
+                         f"${STUDIO_ROOT} sets another root)") from None
+
+
+def _allowed_host(url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        parts, host = None, ""
+    allowed = {h.strip().lower() for h in os.environ.get(STUDIO_MODEL_HOSTS, "").split(",") if h.strip()}
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise UsageError(f"Studio context: base_url {url!r} is not an http(s) URL with a host")
+    if "*" in allowed or host.lower() in allowed or _loopback(host):
+        return
+    raise UsageError(f"Studio context: base_url {url!r} is not on this machine; a served run sends the API key "
+                     f"there, so allow its host by starting the server with {STUDIO_MODEL_HOSTS}={host}")
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

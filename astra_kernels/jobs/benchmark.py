@@ -33,6 +33,7 @@ from astra_kernels.tools.templating.template import Exclusion, Template
 
 from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
+from .generated_files import md_code, md_text
 from .torch_peers import PeerResult, measure_peer
 
 ASTRA_KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "merge_attn_states")
@@ -510,13 +511,13 @@ def pdl_table_rows(report: BenchReport) -> list[list[str]]:
 
 
 def render_markdown(report: BenchReport) -> str:
-    commands = "; ".join(f"`{c}`" for c in report.commands) or "not recorded"
+    commands = "; ".join(md_code(c) for c in report.commands) or "not recorded"
     lines = [
-        f"# Benchmark: {report.device} ({report.arch}), {report.date}", "",
-        f"Measured by {commands}. dtype {report.dtype}; L2 {report.l2}; copy bandwidth "
+        f"# Benchmark: {md_text(report.device)} ({md_text(report.arch)}), {md_text(report.date)}", "",
+        f"Measured by {commands}. dtype {md_text(report.dtype)}; L2 {md_text(report.l2)}; copy bandwidth "
         f"{_fmt(report.copy_bandwidth_gbs, 0)} GB/s; launch floor (empty kernel, graph replay) "
         f"{_fmt(report.launch_floor_us)} us"
-        + (f"; PyTorch {report.torch_version}" if report.torch_version else "; PyTorch not installed") + ".",
+        + (f"; PyTorch {md_text(report.torch_version)}" if report.torch_version else "; PyTorch not installed") + ".",
         "Every time is a CUDA-graph replay median " + (
             "over rotating input sets (cold L2)" if report.l2 == "cold" else
             "over one input set left in L2 by the launch before (warm L2)")
@@ -528,12 +529,13 @@ def render_markdown(report: BenchReport) -> str:
         "the kernel's own bytes.", "",
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
     ]
-    lines += ["| " + " | ".join(cells) + " |" for cells in table_rows(report)]
+    lines += ["| " + " | ".join(map(md_text, cells)) + " |" for cells in table_rows(report)]
     if report.sglang_jit:
-        lines += ["", "SGLang JIT column: " + "; ".join(f"{k}: {v}" for k, v in report.sglang_jit.items()) + "."]
+        lines += ["", "SGLang JIT column: " + "; ".join(
+            f"{md_text(k)}: {md_text(v)}" for k, v in report.sglang_jit.items()) + "."]
     if report.table_l2:
         lines += ["", "Tuned column: the dispatch tables were tuned with " + "; ".join(
-            f"{k}: {v} L2" for k, v in report.table_l2.items()) + "."]
+            f"{md_text(k)}: {md_text(v)} L2" for k, v in report.table_l2.items()) + "."]
     if pdl_rows := pdl_table_rows(report):
         lines += ["", "## With programmatic dependent launch", "",
                   "Each kernel launched as a PDL dependent of the one before (tools/toolchain/pdl.py: it waits on "
@@ -541,15 +543,16 @@ def render_markdown(report: BenchReport) -> str:
                   "start-up but never their data. The PDL-chained empty kernel replays at "
                   f"{_fmt(report.launch_floor_pdl_us)} us; the ratio is to the plain launch floor.", "",
                   "| " + " | ".join(PDL_COLUMNS) + " |", "|" + "---|" * len(PDL_COLUMNS)]
-        lines += ["| " + " | ".join(cells) + " |" for cells in pdl_rows]
-    lines += ["", "## Goals (issues 5 and 18), as measured", ""] + [f"- {g}" for g in report.goals()]
+        lines += ["| " + " | ".join(map(md_text, cells)) + " |" for cells in pdl_rows]
+    lines += ["", "## Goals (issues 5 and 18), as measured", ""] + [f"- {md_text(g)}" for g in report.goals()]
     problems = [(r, which, status) for r in report.rows
                 for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status), ("PDL", r.pdl_status),
                                       ("SGLang JIT", r.sglang_jit_status),
                                       ("torch eager", r.torch_eager_status), ("torch.compile", r.torch_compile_status))
                 if status and status != "ok"]
     if problems:
-        lines += ["", "## Not measured", ""] + [f"- {r.kernel} {r.label} {which}: {status}" for r, which, status in problems]
+        lines += ["", "## Not measured", ""] + [f"- {md_text(f'{r.kernel} {r.label} {which}: {status}')}"
+                                                for r, which, status in problems]
     return "\n".join(lines) + "\n"
 
 

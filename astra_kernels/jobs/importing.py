@@ -37,7 +37,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from astra_kernels.jobs.generated_files import GENERATED, generated_text
+from astra_kernels.jobs.generated_files import GENERATED, comment_text, generated_text, py_text
 from astra_kernels.tools.errors import UsageError
 
 JIT = "sglang/kernels/jit"
@@ -223,12 +223,14 @@ def _folder_files(recipe: Recipe, sources: Sources, shapes: dict[str, list[dict[
 
     port = suite.load(recipe.port)
     file = f"{JIT}/csrc/{recipe.file}"
-    wrapper = (generated_text(f"sglang/{recipe.port}.cu.in").replace("@VERSION@", sources.sglang_version)
+    # The version is read from the wheel's METADATA: a file, so text in code only escaped (generated_files.py).
+    version = py_text(sources.sglang_version)
+    wrapper = (generated_text(f"sglang/{recipe.port}.cu.in").replace("@VERSION@", comment_text(sources.sglang_version))
                .replace("@FILE@", file).replace("@INCLUDE@", recipe.file))
     origin = {"project": "sglang", "version": sources.sglang_version, "file": file, "op": recipe.op,
               "port": recipe.port}
     spec = "\n".join([
-        f'"""{recipe.port} as SGLang {sources.sglang_version} ships it ({file}), written by `astra import-sglang`:',
+        f'"""{recipe.port} as SGLang {version} ships it ({file}), written by `astra import-sglang`:',
         f"the suite's {recipe.port} spec (same arguments, reference and peer), its shapes those SGLang's kernel",
         'takes, and where it came from."""',
         "",
@@ -237,7 +239,7 @@ def _folder_files(recipe: Recipe, sources: Sources, shapes: dict[str, list[dict[
         "",
         "SPEC = PORT.model_copy(update={",
         f'    "name": {recipe.name!r},',
-        f'    "summary": "SGLang {sources.sglang_version}\'s own kernel: " + PORT.summary,',
+        f'    "summary": "SGLang {version}\'s own kernel: " + PORT.summary,',
         f'    "dtypes": {list(recipe.dtypes)!r},',
         f'    "shapes": {shapes!r},',
         '    "anchors": [],',

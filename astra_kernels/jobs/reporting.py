@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .generated_files import md_text
 from . import charts as plots
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.errors import AstraError
@@ -507,9 +508,7 @@ def _source(summary: StoreReport) -> str:
     return summary.path if summary.source == summary.path else f"{summary.source} ({summary.path})"
 
 
-def _md(text: object) -> str:
-    """Store text inside markdown: no raw HTML, no broken table cells."""
-    return html.escape(str(text), quote=False).replace("|", "\\|").replace("\n", " ")
+_md = md_text  # store text inside Markdown: no raw HTML, no broken table cells (generated_files.py)
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:

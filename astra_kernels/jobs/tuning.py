@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from . import charts as plots
-from .generated_files import generated_text
+from .generated_files import fill, md_code, md_text
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.errors import AstraError
@@ -490,8 +490,7 @@ def write_outputs(folder: suite.KernelFolder, report: TuneReport, out: Path) -> 
         {s.label: convergence(s.search) for s in report.shapes if s.search.best_us},
         title=f"{report.kernel}: best time so far over the shape's final best",
         ylabel=f"best so far / final best (clipped at {CLIP:g})", xlabel="evaluations"))
-    launcher = generated_text("tuned_launcher.py.in")
-    written[8].write_text(launcher.format(kernel=report.kernel, device=report.device, date=report.date))
+    written[8].write_text(fill("tuned_launcher.py.in", kernel=report.kernel, device=report.device, date=report.date))
     return written
 
 
@@ -521,16 +520,16 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def render_markdown(report: TuneReport) -> str:
     lines = [
-        f"# {report.kernel}: tuned on {report.device} ({report.arch}), {report.date}",
+        f"# {report.kernel}: tuned on {md_text(report.device)} ({md_text(report.arch)}), {md_text(report.date)}",
         "",
-        f"dtype {report.dtype}, variant {report.variant}, strategy {report.strategy}. Times are "
+        f"dtype {md_text(report.dtype)}, variant {md_text(report.variant)}, strategy {md_text(report.strategy)}. Times are "
         + ("CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks." if report.l2 == "cold"
            else "CUDA-graph replay medians over one input set resident in L2 (warm L2), after the correctness checks."),
         "",
     ]
     if report.replayed_from:
-        lines += [f"Replayed from the results store `{report.replayed_from}`: every time below was measured "
-                  f"on the {report.device} of that recording; candidates it holds no measurement of are "
+        lines += [f"Replayed from the results store {md_code(report.replayed_from)}: every time below was measured "
+                  f"on the {md_text(report.device)} of that recording; candidates it holds no measurement of are "
                   "left out of the counts, never estimated.", ""]
     lines += [
         "| shape | space | after constraints | compiles | fits hardware | strategy | evaluated (stopped by) | baseline us | search best us | speedup | dispatched us (from) |",

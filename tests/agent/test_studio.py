@@ -60,7 +60,10 @@ class Server:
             [_langgraph(), "dev", "--host", "127.0.0.1", "--port", str(self.port), "--no-browser", "--no-reload",
              "--config", str(ROOT / "langgraph.json")],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false"})
+            # The served context takes paths only under a root (graph/context.py StudioContext): the
+            # tests' folders are beside this one, under pytest's base folder.
+            env={**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
+                 "ASTRA_STUDIO_ROOT": str(tmp_path.parent)})
 
     def log(self) -> str:
         self._log.flush()
@@ -193,3 +196,15 @@ def test_an_unknown_kernel_comes_back_as_the_projects_own_message(server, tmp_pa
     text = json.dumps(answer)
     assert "An internal error occurred" not in text, answer
     assert message in text, answer
+
+
+def test_a_context_outside_the_working_root_comes_back_refused_by_name(server, tmp_path):
+    """Any client of the server (a web page in the user's browser too: it answers CORS `*`) sets the
+    context: a path outside the root or a model server elsewhere is refused with the field's name."""
+    assistant = server.call("POST", "/assistants/search", {"graph_id": "astra"})[0]["assistant_id"]
+    for field, value in (("out", "/etc/astra"), ("base_url", "http://attacker.example/v1")):
+        thread = server.call("POST", "/threads", {})["thread_id"]
+        context = {"replay": "recorded", "results": str(tmp_path / "results.sqlite"), field: value}
+        text = json.dumps(_wait_run(server, thread, assistant, {"kernel": "rmsnorm"}, context))
+        assert f"Studio context: {field} " in text, text
+    assert not Path("/etc/astra").exists()

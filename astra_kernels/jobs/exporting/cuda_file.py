@@ -36,7 +36,7 @@ from astra_kernels.tools.templating.template import Build, Exclusion, Template
 from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
-from astra_kernels.jobs.generated_files import generated_text
+from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
 from astra_kernels.runtime.export_format import (
     FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args,
 )
@@ -143,7 +143,7 @@ def _tuned_on(folder: Path) -> tuple[str, str]:
     report = folder / "report.json"
     if report.is_file():
         data = json.loads(report.read_text())
-        return f"{data.get('device', 'unknown device')} ({data.get('arch', '?')})", data.get("date", "not recorded")
+        return f"{data.get('device', 'unknown device')} ({data.get('arch', '?')})", str(data.get("date", "not recorded"))
     markdown = folder / "report.md"
     if markdown.is_file():
         first = markdown.read_text().splitlines()[0]
@@ -390,10 +390,13 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
         if inc not in includes:
             includes.append(inc)
 
-    lines = _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms)
+    # Every header line carries values from files (the report's device, the table's path, the
+    # command line): each is one comment line whatever they hold.
+    lines = [comment_line(line) for line in
+             _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms)]
     lines += ["", f"#define DTYPE {C_TYPES[table.dtype]}",
               f"#define ELEM_BYTES {numpy_dtype(table.dtype).itemsize}"]
-    lines += [f"#define {n} {int(v)}" for n, v in spec.variants[table.variant].items()]
+    lines += [define_line(n, int(v)) for n, v in spec.variants[table.variant].items()]
     lines += includes + ["", f"namespace {ns} {{", common_text, f"}}  // namespace {ns}", ""]
 
     for index, b in enumerate(binaries):
@@ -401,15 +404,15 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
         defined = sorted({m.group(1) for m in map(_DEFINE.match, which_text.splitlines()) if m})
         entry = table.source_of(b.source).kernel
         defines = {**b.config, **b.derived}
-        lines.append(f"// {b.name}: the {b.source}"
+        lines.append(comment_line(f"// {b.name}: the {b.source}"
                      + (f" at {' '.join(f'{n}={v}' for n, v in b.config.items())}" if b.config else "")
                      + (f"; derived {' '.join(f'{n}={v}' for n, v in b.derived.items())}" if b.derived else "")
-                     + f"; flags {' '.join(groups[b.group].nvcc_flags()) or '(none)'}")
+                     + f"; flags {' '.join(groups[b.group].nvcc_flags()) or '(none)'}"))
         if multi:
             lines.append(f"#if !defined(ASTRA_GROUP) || ASTRA_GROUP == {b.group}")
         lines.append(f"namespace {ns} {{ namespace i{index} {{")
-        lines += [f"#define {n} {v}" for n, v in defines.items()]
-        lines.append(f"#define {entry} {b.name}")
+        lines += [define_line(n, v) for n, v in defines.items()]
+        lines.append(define_line(entry, b.name))
         lines.append(which_text)
         lines.append(f"#undef {entry}")
         lines += [f"#undef {n}" for n in [*defines, *defined]]
@@ -520,7 +523,7 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
             f"struct Inst {{ ax_int derived[{nd}]; ax_int grid[3]; ax_int block[3]; ax_int shared; ax_int fast_math;"
             " ax_int max_registers; int line; const char* reason; };", ""]
     for index, name in enumerate(sources):
-        out += [f"// {name}", *_instantiate_function(f"instantiate_s{index}", table.source_of(name), folder,
+        out += [comment_line(f"// {name}"), *_instantiate_function(f"instantiate_s{index}", table.source_of(name), folder,
                                                      table.dtype, table.variant), ""]
     out += ["static int instantiate(int source, const ax_int* shape, ax_int sms, ax_int sm, const ax_int* cfg, Inst* out) {",
             "    switch (source) {"]
@@ -563,7 +566,7 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
     for index, b in enumerate(binaries):
         out.append(f"    case {index}: return (const void*)&{ns}::i{index}::{b.name};")
     out += ["    }", "    return 0;", "}", ""]
-    out += generated_text("export_pick.cu.in").replace("KERNEL", k).splitlines()
+    out += fill("export_pick.cu.in", KERNEL=k).splitlines()
     out += ["", "}  // namespace " + host, ""]
     out += _c_api(table, folder, signature, carriers, host)
     if multi:
@@ -574,9 +577,9 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
 
 def _plan_struct(table: DispatchTable, np_: int, nd: int) -> list[str]:
     k = table.kernel
-    names = ", ".join(table.source_of("template").names)
+    names = comment_text(", ".join(table.source_of("template").names))
     if table.sources:
-        sources = "; ".join(f"{i}: {n}" for i, n in enumerate(table.source_names()) if i > 1)
+        sources = comment_text("; ".join(f"{i}: {n}" for i, n in enumerate(table.source_names()) if i > 1))
         which = f"/* 0: the template; 1: the baseline; {sources} (the table's own sources) */"
         config = f"/* the source's parameters in its order (the template's: {names}) */"
     else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.jobs.generated_files import generated_text
+from astra_kernels.jobs.generated_files import fill, md_code, md_text
 from astra_kernels.runtime.export_format import Group, shape_args
 
 
@@ -135,8 +135,7 @@ def custom_op_guide(k: str, folder: suite.KernelFolder) -> list[str]:
 
 
 def launcher_py(kernel: str, folder: suite.KernelFolder, dtype: str = "") -> str:
-    launcher = generated_text("export_launch.py.in")
-    return launcher.format(kernel=kernel, call=call_example(folder), dtype=dtype or "in the table's dtype")
+    return fill("export_launch.py.in", kernel=kernel, call=call_example(folder), dtype=dtype or "in the table's dtype")
 
 
 def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> str:
@@ -158,9 +157,10 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
     lines = [
         f"# {k}, exported",
         "",
-        f"Tuned on {manifest['tuned_on']} ({manifest['tuned_date']}) with {l2} L2; "
-        f"table {manifest['source_table']} "
-        f"({dtype}, variant {manifest['variant']}); exported {manifest['exported']} by `{manifest['command']}`.",
+        f"Tuned on {md_text(manifest['tuned_on'])} ({md_text(manifest['tuned_date'])}) with {md_text(l2)} L2; "
+        f"table {md_text(manifest['source_table'])} "
+        f"({md_text(dtype)}, variant {md_text(manifest['variant'])}); exported {md_text(manifest['exported'])} "
+        f"by {md_code(manifest['command'])}.",
         "",
         _regime_note(l2),
         "",
