@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from astra_kernels.jobs.generated_files import generated_text
+from astra_kernels.jobs.generated_files import comment_text, generated_text, py_text
 from astra_kernels.tools.errors import UsageError
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
@@ -67,6 +67,8 @@ def read_signature(source: str, path: str) -> tuple[str, list[Argument], bool]:
         words = raw.replace("*", " * ").replace("&", " & ").split()
         if "&" in words or len(words) < 2:
             raise UsageError(f"{path}: kernel argument {raw!r}: write each as TYPE NAME (pointers or scalars)")
+        if not words[-1].isidentifier() or not words[-1].isascii():
+            raise UsageError(f"{path}: kernel argument {raw!r}: its name must be a C identifier")
         name, words = words[-1], [w for w in words[:-1] if w not in ("__restrict__", "__restrict", "restrict",
                                                                       "__grid_constant__")]
         pointer, const = "*" in words, "const" in words
@@ -118,14 +120,17 @@ def scaffold(name: str, source: str, origin: str) -> dict[str, str]:
                          f"  # {TODO}: its value, an expression of the symbols")
     dtypes = ["bf16", "fp16", "fp32"] if element == "T" else [element or "fp32"]
     bytes_moved = " + ".join(f"{count} * {size} * {width}" for (size, width), count in moved.items()) or "0"
-    fill = {"@NAME@": name, "@FROM@": f" from {origin}" if origin else "", "@SYMBOLS@": repr(symbols),
+    fill = {"@NAME@": name, "@SYMBOLS@": repr(symbols),
             "@ARGS@": "\n".join(lines), "@DTYPES@": repr(dtypes),
             "@SHAPE@": "{" + ", ".join(f'"{s}": 4096' for s in symbols) + "}", "@BYTES@": bytes_moved,
             "@OUTPUTS@": ", ".join(outputs) or "the outputs", "@KERNEL@": kernel,
             "@GRID@": f"ceil_div({' * '.join(symbols)}, 256)"}
 
     def filled(template: str) -> str:
-        text = generated_text(f"new_kernel/{template}")
+        # The path the user gave lands in a Python docstring (spec.py) or a C++ comment (the .cu):
+        # escaped for each, so a path holding a quote or a newline stays text.
+        escape = comment_text if template == "directives.in" else py_text
+        text = generated_text(f"new_kernel/{template}").replace("@FROM@", f" from {escape(origin)}" if origin else "")
         for key, value in fill.items():
             text = text.replace(key, value)
         return text

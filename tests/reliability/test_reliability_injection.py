@@ -184,3 +184,25 @@ def test_a_wheels_version_string_reaches_the_imported_spec_only_as_text(tmp_path
     tree = ast.parse(files["spec.py"])
     assert not any(isinstance(n, ast.Call) and getattr(n.func, "id", "") == "__import__" for n in ast.walk(tree))
     assert not [line for line in files["baseline.cu"].splitlines() if line.startswith('#include "/etc')]
+
+
+def test_a_source_path_reaches_the_new_kernels_spec_and_cu_only_as_text(tmp_path):
+    """`astra new NAME --from PATH` writes the path into spec.py's docstring and the .cu's first
+    comment: a path whose name closes the docstring or starts a line must stay text."""
+    folder = tmp_path / 'k"""\nimport os; open("PWNED","w")\n"""\n#include "x'
+    folder.mkdir()
+    source = folder / "scale_add.cu"
+    shutil.copyfile(ROOT / "tests" / "support" / "cuda" / "scale_add.cu", source)
+    assert cli.main(["new", "scale_add", "--from", str(source), "--dir", str(tmp_path / "kernels")]) == 0
+    written = tmp_path / "kernels" / "scale_add"
+    tree = ast.parse((written / "spec.py").read_text())
+    assert isinstance(tree.body[0], ast.Expr) and not any(isinstance(n, ast.Import) for n in tree.body)
+    assert not [line for line in (written / "baseline.cu").read_text().splitlines() if line.startswith('#include "x')]
+
+
+def test_a_kernel_argument_that_is_no_identifier_is_refused_by_name(tmp_path, capsys):
+    source = tmp_path / "odd.cu"
+    source.write_text('extern "C" __global__ void odd(const float* x, float* y"), int n) {}\n')
+    assert cli.main(["new", "odd", "--from", str(source), "--dir", str(tmp_path / "kernels")]) == 2
+    assert "its name must be a C identifier" in capsys.readouterr().out
+    assert not (tmp_path / "kernels" / "odd").exists()
