@@ -33,7 +33,9 @@ from astra_kernels.tools.concurrency import map_in_threads
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
-from astra_kernels.tools.search.runner import Budget, SearchOutcome, StoredEvaluator, Trial, search_rounds
+from astra_kernels.tools.search.runner import (
+    Budget, SearchOutcome, StoredEvaluator, Trial, retime_finalists, search_rounds,
+)
 from astra_kernels.tools.search.space import build_space
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion, Template
@@ -192,6 +194,10 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             parallel=spread, start=start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch)
             + seed_configs(folder, env),
         )
+        # the winner named from a fresh interleaved run of the fastest few, not the search's best
+        # median of hundreds (runner.retime_finalists); stored apart as "finalist" rows
+        retime_finalists(outcome, lambda config, shape=shape: request("template", shape, config), evaluator,
+                         labels=lambda config, shape=shape: {**labels("template", shape)(config), "which": "finalist"})
         return ShapeResult(
             shape=shape, label=label, space_total=space.total,
             space_after_constraints=space.after_constraints, space_after_compile=space.after_compile,
@@ -550,7 +556,8 @@ def render_markdown(report: TuneReport) -> str:
         lines += [f"Note: {report.general_cut}.", ""]
     lines += ["## Best configuration per shape", ""]
     for s in report.shapes:
-        lines.append(f"- {s.label}: `{s.search.best_config}`")
+        lines.append(f"- {s.label}: `{s.search.best_config}`"
+                     + (f" ({md_text(s.search.retime_note)})" if s.search.retime_note else ""))
     lines += ["", "## What the planner did between rounds", ""]
     for s in report.shapes:
         for r in s.search.rounds:

@@ -240,6 +240,9 @@ class _ScaleOnHost:
 
     def __init__(self, fault: str):
         self.fault, self.launches = fault, 0
+        self.served: set[tuple[int, int]] = set()
+        self.memo: tuple[bytes, np.ndarray] | None = None
+        self.memo_hits = 0
         self.checks: _HostChecks | None = None  # where "writes into the checks' memory" writes
 
     def __call__(self, x_buf, y_buf, n, alpha):
@@ -250,7 +253,21 @@ class _ScaleOnHost:
         x, y = _at(x_buf.ptr, ml_dtypes.bfloat16, n), _at(y_buf.ptr, ml_dtypes.bfloat16, n + 1)
         if self.fault == "works only while checked" and self.launches > 2:
             return
+        if self.fault == "skips when its output holds values" and not np.isnan(y[:n].astype(np.float32)).any():
+            return
+        if self.fault == "keeps results by address":  # a memo of the addresses served, as a __device__ table
+            if (x_buf.ptr, y_buf.ptr) in self.served:
+                return
+            self.served.add((x_buf.ptr, y_buf.ptr))
+        if self.fault == "memoises on its first input words":  # a one-entry memo, keyed as a cheat would
+            key = x[:8].tobytes()
+            if self.memo is not None and self.memo[0] == key:
+                self.memo_hits += 1
+                y[:n] = self.memo[1]
+                return
         y[:n] = (x.astype(np.float32) * np.float32(alpha)).astype(ml_dtypes.bfloat16)
+        if self.fault == "memoises on its first input words":
+            self.memo = (x[:8].tobytes(), y[:n].copy())
         if self.fault == "writes past its output":
             y[n] = 1.0
         if self.fault == "writes in front of its input":
@@ -321,13 +338,29 @@ def host_gpu(monkeypatch):
     host = _HostDriver()
     monkeypatch.setattr(driver, "api", lambda: host)
 
-    def launches_only(_device, enqueue, *, launches, input_sets, **_):
-        for i in range(launches):
-            enqueue(i)
+    def launches_only(_device, enqueue, *, launches, input_sets, before_replay=None, **_):
+        for _replay in range(2):  # two replays, each after the outputs' fill, as on the GPU
+            if before_replay is not None:
+                before_replay()
+            for i in range(launches):
+                enqueue(i)
         return Timing(median_us=1.0, min_us=1.0, max_us=1.0, spread=0.0, samples_us=[1.0],
                       launches_per_replay=launches, input_sets=input_sets, method="host fake")
 
     monkeypatch.setattr(evaluation, "time_graph", launches_only)
+
+    class Immediate:  # timing.CapturedWork without a stream: the work runs at each launch()
+        def __init__(self, _device, enqueue):
+            self.enqueue = enqueue
+
+        def launch(self):
+            self.enqueue()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(evaluation, "CapturedWork", Immediate)
+    monkeypatch.setattr(evaluation, "fill_async", lambda _device, ptr, byte, nbytes: ctypes.memset(ptr, byte, nbytes))
     monkeypatch.setattr(evaluation, "time_stream", launches_only)
     monkeypatch.setattr(evaluation, "rotation_count", lambda set_bytes, l2="cold": 3)
     monkeypatch.setattr(evaluation, "copy_bandwidth", lambda _device: 1e12)
@@ -347,8 +380,13 @@ def host_gpu(monkeypatch):
     ("none", []),
     ("writes past its output", ["guard bands", "output 'y'", "after its end", "from byte +0 to +1 past it"]),
     ("writes in front of its input", ["guard bands", "input 'x'", "before its start", "from byte -2 to -1"]),
-    ("works only while checked", ["timed outputs", "input set 0 (of 3)", "NaN",
-                                  "did not do the work the checks saw"]),
+    # the outputs are filled with finite values before every replay: the kernel leaves those
+    ("works only while checked", ["timed outputs", "input set 0 (of 3)", "outside rtol",
+                                  "did not do the work the checks saw", "filled with finite values"]),
+    ("skips when its output holds values", ["timed outputs", "input set 0 (of 3)", "outside rtol",
+                                            "skips work when its output already holds values"]),
+    ("keeps results by address", ["y (seed 2)", "NaN", "same addresses as seed 1's",
+                                  "keeps results by address"]),
     ("writes into the checks' memory", ["resident draws", "wrote outside its buffers, past the guard bands"]),
     # the second draw is on the GPU before the first launch: a write into it then is seen too
     ("writes into the other draw, once", ["resident draws", "wrote outside its buffers"]),
@@ -372,11 +410,53 @@ def test_the_evaluation_rejects_stray_writes_and_idle_timed_launches(host_gpu, l
     assert result.status == "incorrect" and not result.fatal
     missing = [n for n in needles if n not in result.message]
     assert not missing, f"{missing} not in {result.message!r}"
-    if fault in ("works only while checked", "writes into the other draw while timed"):
+    if fault in ("works only while checked", "writes into the other draw while timed",
+                 "skips when its output holds values"):
         assert result.timing is not None  # kept as evidence: it timed a kernel doing nothing
     else:
         assert result.timing is None  # rejected before timing
 
+
+
+def test_distinct_draws_per_set_leave_a_content_memo_nothing_to_reuse(host_gpu):
+    """Every rotating set a copy of one draw let a kernel that keys a memo on its first input words
+    replay it from the second launch on; with distinct seeded draws per set (evaluation.timing_seeds),
+    consecutive launches read other content, so a one-entry memo never hits in the timed launches,
+    and every set's outputs are checked against their own draw's reference."""
+    request = faulty.scale_request(0, n=4099)
+    kernel = _ScaleOnHost("memoises on its first input words")
+    device = _HostDevice(kernel)
+    result = evaluate(device, request)
+    assert result.status == "ok", result.message
+    assert kernel.memo_hits == 0
+    timed = next(c for c in result.checks if c.name == "timed outputs")
+    assert timed.passed and "3 distinct draws" in timed.detail
+
+
+def test_timing_seeds_are_distinct_and_start_with_the_checks_draws():
+    from astra_kernels.tools.measuring import evaluation
+
+    assert evaluation.timing_seeds((1, 2), 1) == [1]
+    assert evaluation.timing_seeds((1, 2), 2) == [1, 2]
+    many = evaluation.timing_seeds((1, 2), 4096)
+    assert many[:2] == [1, 2] and len(many) == evaluation.DISTINCT_DRAWS == len(set(many))
+    # a second seed equal to a further draw's is not drawn twice
+    clash = evaluation.timing_seeds((1, 1 + evaluation.DRAW_STRIDE), 4)
+    assert len(set(clash)) == 4 and clash[:2] == [1, 1 + evaluation.DRAW_STRIDE]
+    assert evaluation.timing_seeds((5, 5), 3) == [5, 5 + evaluation.DRAW_STRIDE, 5 + 2 * evaluation.DRAW_STRIDE]
+
+
+def test_the_fill_byte_is_finite_in_every_float_type():
+    import ml_dtypes
+
+    from astra_kernels.tools.measuring import evaluation
+
+    for byte in evaluation.FILL_BYTES:
+        for dtype in (ml_dtypes.bfloat16, np.float16, np.float32, np.float64, ml_dtypes.float8_e4m3fn,
+                      ml_dtypes.float8_e5m2):
+            size = np.dtype(dtype).itemsize
+            value = np.frombuffer(bytes([byte]) * size, dtype=dtype)[0]
+            assert np.isfinite(np.float64(value)), (hex(byte), dtype)
 
 
 def test_a_draw_resident_on_the_gpu_is_not_drawn_again_on_the_host(host_gpu, monkeypatch):
@@ -396,11 +476,12 @@ def test_a_draw_resident_on_the_gpu_is_not_drawn_again_on_the_host(host_gpu, mon
     request = dataclasses.replace(request, problem=dataclasses.replace(request.problem, make_case=counted))
     device = _HostDevice(_ScaleOnHost("none"))
     assert evaluate(device, request).status == "ok"
-    assert sorted(made) == [1, 2]
+    # the checks' two draws and the timing's third (evaluation.timing_seeds: 3 rotating sets here)
+    assert sorted(made) == [1, 2, 1 + evaluation.DRAW_STRIDE]
     monkeypatch.setattr(evaluation, "_CASES", type(evaluation._CASES)())  # the host's draws let go
     result = evaluate(device, request)
     assert result.status == "ok" and all(c.passed for c in result.checks)
-    assert sorted(made) == [1, 2]  # nothing drawn again
+    assert sorted(made) == [1, 2, 1 + evaluation.DRAW_STRIDE]  # nothing drawn again
 
 def test_unguarded_buffers_have_their_exact_size(host_gpu):
     """memcheck's layout (guard_bytes=0, separate): nothing between a buffer's end and the end

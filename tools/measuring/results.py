@@ -87,6 +87,8 @@ def evaluation_key(request: EvaluationRequest, device: str) -> str:
         parts["pdl"] = True
     if request.l2 != "cold":  # likewise for the L2 regime
         parts["l2"] = request.l2
+    if request.retime:  # a finalist's re-timing is a measurement of its own; unset, keys are as before
+        parts["retime"] = request.retime
     return hashlib.sha256(_canonical(parts).encode()).hexdigest()
 
 

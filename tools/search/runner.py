@@ -9,7 +9,9 @@ path and ends where the uninterrupted one would have.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import statistics
 import time
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -58,12 +60,29 @@ class RoundSummary(BaseModel):
     best_us: float | None = None
 
 
+class Finalist(BaseModel):
+    """One of a search's fastest configurations, measured again (retime_finalists)."""
+
+    config: dict[str, int]
+    search_us: float  # its time in the search, the best of which is biased low by the picking
+    retimed_us: list[float] = Field(default_factory=list)  # one per round of the fresh run
+    statuses: list[str] = Field(default_factory=list)
+
+    @property
+    def retimed_median_us(self) -> float | None:
+        return statistics.median(self.retimed_us) if self.retimed_us else None
+
+
 class SearchOutcome(BaseModel):
     strategy: str
     trials: list[Trial] = Field(default_factory=list)
     rounds: list[RoundSummary] = Field(default_factory=list)
     best_config: dict[str, int] | None = None
     best_us: float | None = None
+    # The finalists re-timed before the winner was named, and what that decided (retime_finalists);
+    # empty in reports from before it, and where fewer than two configurations were correct.
+    finalists: list[Finalist] = Field(default_factory=list)
+    retime_note: str = ""
     seconds: float = 0.0
     stopped_by: Literal["exhausted", "evaluations", "seconds"] = "exhausted"
 
@@ -224,4 +243,58 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
         if found.best_us is not None and (outcome.best_us is None or found.best_us < outcome.best_us):
             outcome.best_us, outcome.best_config = found.best_us, found.best_config
     outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+FINALISTS = 3  # configurations re-timed before a winner is named
+RETIME_ROUNDS = 2  # rounds of the fresh run; each measures every finalist once, in the same order
+
+
+def retime_finalists(outcome: SearchOutcome, request_for: Callable[[dict[str, int]], EvaluationRequest],
+                     evaluate: Callable[..., tuple[EvaluationResult, bool]], *,
+                     labels: Callable[[dict[str, int]], dict] | None = None, count: int = FINALISTS,
+                     rounds: int = RETIME_ROUNDS) -> SearchOutcome:
+    """Name the winner from a fresh, interleaved measurement of the `count` fastest configurations.
+
+    The best median out of hundreds is biased low by about the timing's spread (the winner's curse:
+    the one that drew the luckiest noise wins), so the finalists are measured again, `rounds`
+    rounds each measuring every finalist once in turn (any drift of the GPU's clocks falls on all
+    alike), each a fresh evaluation with the full protocol (`EvaluationRequest.retime`, keyed apart
+    from the search's measurement, so the results store answers a re-run but not the search's
+    numbers). The winner is the finalist with the best median of its re-timings, and `best_us` that
+    median. A finalist whose re-timing is not correct is out. Where the re-timing cannot be done
+    (a replay holds no record of it, a cluster's worker was lost), the search's winner and times
+    stand, said in `retime_note`: a replay answers as the recording did."""
+    ranked = sorted((t for t in outcome.trials if t.median_us is not None), key=lambda t: t.median_us)
+    finalists: list[Finalist] = []
+    for trial in ranked:
+        if all(f.config != trial.config for f in finalists):
+            finalists.append(Finalist(config=trial.config, search_us=trial.median_us))
+        if len(finalists) == count:
+            break
+    if len(finalists) < 2:
+        return outcome
+    for round_index in range(1, rounds + 1):
+        for finalist in finalists:
+            request = dataclasses.replace(request_for(finalist.config), retime=round_index)
+            result, _ = evaluate(request, **(labels(finalist.config) if labels else {}))
+            finalist.statuses.append(result.status)
+            if result.status == "ok" and result.timing is not None:
+                finalist.retimed_us.append(result.timing.median_us)
+    outcome.finalists = finalists
+    unmeasured = sorted({s for f in finalists for s in f.statuses if s in ("unrecorded", "lost")})
+    if unmeasured:
+        outcome.retime_note = (f"finalists not re-timed ({', '.join(unmeasured)}): the search's winner and "
+                               "time stand")
+        return outcome
+    standing = [f for f in finalists if len(f.retimed_us) == rounds]
+    if not standing:
+        outcome.retime_note = "no finalist was correct when re-timed: the search's winner and time stand"
+        return outcome
+    best = min(standing, key=lambda f: (f.retimed_median_us, finalists.index(f)))
+    dropped = [f for f in finalists if f not in standing]
+    outcome.retime_note = (f"{len(finalists)} finalists re-timed in {rounds} interleaved rounds; the winner's "
+                           f"search time {best.search_us:.3f} us, re-timed {best.retimed_median_us:.3f} us"
+                           + (f"; {len(dropped)} failed when re-timed and are out" if dropped else ""))
+    outcome.best_config, outcome.best_us = best.config, best.retimed_median_us
     return outcome

@@ -110,9 +110,10 @@ class DeviceArena:
 class Kernel:
     """A loaded entry function with its compiler facts; turns Python values into launch args."""
 
-    def __init__(self, function, info: KernelInfo):
+    def __init__(self, function, info: KernelInfo, module=None):
         self.function = function
         self.info = info
+        self.module = module  # the loaded module's handle: its __device__ variables are read through it
 
     @property
     def name(self) -> str:
@@ -206,7 +207,7 @@ class Device:
         """Load a compiled module's cubin and return one of its kernels."""
         info = module.kernel(name)  # KernelNotFoundError before touching the driver
         handle = self._load_module(module)
-        return Kernel(check(cu.api().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info)
+        return Kernel(check(cu.api().cuModuleGetFunction(handle, name.encode()), f"get {name}"), info, handle)
 
     def load_all(self, module: CompiledModule) -> dict[str, Kernel]:
         """Load a module's cubin once and return all its kernels (an exported file holds many)."""

@@ -84,11 +84,14 @@ def time_graph(
     input_sets: int,
     replays: int = 10,
     warmup_replays: int = 2,
+    before_replay: Callable[[], None] | None = None,
 ) -> Timing:
     """Capture `launches` calls of enqueue(i) (i = launch index) in one graph and time replays.
 
     `enqueue(i)` must put exactly the work of one kernel call on `device.stream`, reading input
-    set i % input_sets. Returns per-launch microseconds.
+    set i % input_sets. Returns per-launch microseconds. `before_replay()` puts work on the stream
+    before every replay (warm-up ones too), outside the timed events: the evaluation refills the
+    outputs there, so no replay starts with the previous replay's results already in place.
     """
     driver = cu.api()
     stream = device.stream
@@ -104,9 +107,13 @@ def time_graph(
         events = Events()
         try:
             for _ in range(warmup_replays):
+                if before_replay is not None:
+                    before_replay()
                 check(driver.cuGraphLaunch(executable, stream), "graph launch")
             samples = []
             for _ in range(replays):
+                if before_replay is not None:
+                    before_replay()
                 events.record_start(stream)
                 check(driver.cuGraphLaunch(executable, stream), "graph launch")
                 events.record_stop(stream)
@@ -118,6 +125,41 @@ def time_graph(
         driver.cuGraphDestroy(graph)
     device.synchronize()
     return _summarise(samples, launches, input_sets, "graph")
+
+
+class CapturedWork:
+    """Work captured once into a CUDA graph and launched on `device.stream` by `launch()`: many
+    small operations (a memset per rotating set) cost one graph launch, not one Python call each."""
+
+    def __init__(self, device: Device, enqueue: Callable[[], None]):
+        driver = cu.api()
+        self.device = device
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check(driver.cuStreamBeginCapture(device.stream, mode), "begin capture")
+        try:
+            enqueue()
+        finally:
+            self._graph = check(driver.cuStreamEndCapture(device.stream), "end capture")
+        try:
+            self._executable = check(driver.cuGraphInstantiate(self._graph, 0), "instantiate graph")
+        except BaseException:
+            driver.cuGraphDestroy(self._graph)
+            raise
+
+    def launch(self) -> None:
+        check(cu.api().cuGraphLaunch(self._executable, self.device.stream), "graph launch")
+
+    def close(self) -> None:
+        driver = cu.api()
+        if self._executable is not None:
+            driver.cuGraphExecDestroy(self._executable)
+            driver.cuGraphDestroy(self._graph)
+            self._executable = None
+
+
+def fill_async(device: Device, ptr: int, byte: int, nbytes: int) -> None:
+    """`nbytes` at `ptr` set to `byte`, queued on `device.stream` (capturable into a graph)."""
+    check(cu.api().cuMemsetD8Async(ptr, byte, nbytes, device.stream), "memset")
 
 
 def time_stream(

@@ -102,3 +102,82 @@ def test_at_least_is_shared_by_the_rounds(store):
     outcome = search_rounds("exhaustive", SPACE, request_for, StoredEvaluator(ScriptedWorker(), store),
                             Budget(seconds=0.0, at_least=6), rounds=3, plan=plan)
     assert len(outcome.trials) == 6 and [r.evaluated for r in outcome.rounds] == [2, 2, 2]
+
+
+class _LuckyWorker:
+    """The search's measurements carry noise that favoured one configuration; a re-timing shows its
+    real time. `retimed[config key]` is what a re-timing measures (a status string to fail it)."""
+
+    device = {"name": "Scripted GPU", "arch": "sm_90"}
+
+    def __init__(self, retimed: dict[int, float | str]):
+        self.retimed, self.requests = retimed, []
+
+    def evaluate(self, request):
+        self.requests.append(request)
+        threads = request.options.defines["THREADS"]
+        if request.retime:
+            value = self.retimed[threads]
+            if isinstance(value, str):
+                return EvaluationResult(status=value, message=value)
+            us = value
+        else:
+            us = {64: 1.0, 128: 1.1, 256: 1.2, 512: 3.0}[threads]  # 64 drew lucky noise in the search
+        timing = Timing(median_us=us, min_us=us, max_us=us, spread=0.0, samples_us=[us],
+                        launches_per_replay=100, input_sets=100, method="graph")
+        return EvaluationResult(status="ok", timing=timing)
+
+
+def _retime_search(worker, store):
+    from astra_kernels.tools.search.runner import retime_finalists
+
+    evaluator = StoredEvaluator(worker, store)
+    space = [{**FOLDER.template.default, "THREADS": t} for t in (64, 128, 256, 512)]
+    request_for = lambda c: suite.request(FOLDER, "template", SHAPE, "bf16", "default", c)  # noqa: E731
+    outcome = search(make_strategy("exhaustive", space), request_for, evaluator, Budget())
+    assert outcome.best_config["THREADS"] == 64
+    return retime_finalists(outcome, request_for, evaluator), evaluator
+
+
+def test_the_winner_is_named_by_re_timing_the_finalists_interleaved(tmp_path):
+    worker = _LuckyWorker({64: 1.3, 128: 1.05, 256: 1.25})
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        outcome, _ = _retime_search(worker, store)
+        assert outcome.best_config["THREADS"] == 128 and outcome.best_us == 1.05
+        assert [f.config["THREADS"] for f in outcome.finalists] == [64, 128, 256]  # the 3 fastest, not 512
+        retimes = [(r.options.defines["THREADS"], r.retime) for r in worker.requests if r.retime]
+        assert retimes == [(64, 1), (128, 1), (256, 1), (64, 2), (128, 2), (256, 2)]  # interleaved rounds
+        assert "re-timed" in outcome.retime_note
+        again = _LuckyWorker({})  # a re-run: the store answers the re-timings too
+        outcome, _ = _retime_search(again, store)
+        assert again.requests == [] and outcome.best_config["THREADS"] == 128
+
+
+def test_a_finalist_that_fails_its_re_timing_is_out(tmp_path):
+    worker = _LuckyWorker({64: "incorrect", 128: 1.15, 256: 1.12})
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        outcome, _ = _retime_search(worker, store)
+    assert outcome.best_config["THREADS"] == 256 and "1 failed when re-timed" in outcome.retime_note
+
+
+def test_a_replay_without_re_timings_keeps_the_search_s_winner(tmp_path):
+    """A replay answers the search from its recording and refuses the re-timings ("unrecorded"):
+    the search's winner and time stand, as the recording had them."""
+    worker = _LuckyWorker({64: "unrecorded", 128: "unrecorded", 256: "unrecorded"})
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        outcome, _ = _retime_search(worker, store)
+        assert store.count() == 4  # the refusals are not stored as measurements
+    assert outcome.best_config["THREADS"] == 64 and outcome.best_us == 1.0
+    assert "not re-timed (unrecorded)" in outcome.retime_note
+
+
+def test_a_re_timing_keys_apart_from_the_search_s_measurement_and_only_then():
+    import dataclasses
+
+    from astra_kernels.tools.measuring.results import evaluation_key
+
+    request = suite.request(FOLDER, "template", SHAPE, "bf16", "default", FOLDER.template.default)
+    assert request.retime == 0
+    once, twice = (dataclasses.replace(request, retime=r) for r in (1, 2))
+    keys = {evaluation_key(r, "GPU") for r in (request, once, twice)}
+    assert len(keys) == 3
