@@ -97,6 +97,7 @@ extern "C" __global__ void scale(const __nv_bfloat16* __restrict__ x, __nv_bfloa
 """
 
 # (name, variant, elements, expected status, words the message must hold, a failed check's name)
+OVERCLAIMED = 100        # the honest kernel (VARIANT 0) in a problem claiming 16x the bytes it moves
 SMALL = (1 << 18) + 3   # 1 MB a set: 256 rotating sets, every set launched once a replay
 LARGE = 1 << 24         # 64 MB a set: 4 rotating sets, each launched 5 times a replay
 CASES = [
@@ -113,7 +114,13 @@ CASES = [
     ("keep __device__ state across launches", 24, SMALL, "incorrect", ["timed outputs"], "device state"),
     ("work the timing does not see", 25, SMALL, "incorrect",
      ["timed outputs", "did not do the work the checks saw"], "device state"),
-    ("faster than its bytes allow", 26, LARGE, "invalid",
+    # Spot-checks one output per block and skips the block when it is right: not faster than the
+    # floor (it reads every block's first element), so the fill before each replay catches it.
+    ("skip a block whose first output is right", 26, LARGE, "incorrect",
+     ["timed outputs", "did not do the work the checks saw"], "timed outputs"),
+    # Faster than its bytes allow: an honest kernel whose problem claims 16x the bytes it moves,
+    # as a kernel that reads a sixteenth of what it must would look; only the floor can see it.
+    ("faster than its bytes allow", OVERCLAIMED, LARGE, "invalid",
      ["physical floor", "faster than its bytes allow", "under the floor"], "physical floor"),
 ]
 # Correct at the timed shape, wrong at any other: no single evaluation can see it; an evaluation at
@@ -123,4 +130,6 @@ TIMED_SHAPE_ONLY = 27
 
 def request(variant: int, n: int):
     """The `scale` problem of support/faulty.py at `n` elements, with this module's SOURCE."""
+    if variant == OVERCLAIMED:
+        return faulty.scale_request(0, n=n, source=SOURCE, bytes_moved=16 * 4 * n)
     return faulty.scale_request(variant, n=n, source=SOURCE)

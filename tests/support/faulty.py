@@ -127,13 +127,13 @@ def _scale_case(n: int, seed: int) -> Case:
 
 
 def scale_request(variant: int, n: int = 1_000_003, kernel: str = "scale", source: str = SCALE_SOURCE,
-                  extra: tuple[str, ...] = ()) -> EvaluationRequest:
+                  extra: tuple[str, ...] = (), bytes_moved: int | None = None) -> EvaluationRequest:
     from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 
     problem = Problem(
         params=[Param("x", "in", "bf16", (n,)), Param("y", "out", "bf16", (n,)),
                 Param("n", "scalar", "int32", value=n), Param("alpha", "scalar", "fp32", value=ALPHA)],
-        make_case=functools.partial(_scale_case, n), bytes_moved=4 * n, label=f"scale v{variant}",
+        make_case=functools.partial(_scale_case, n), bytes_moved=bytes_moved or 4 * n, label=f"scale v{variant}",
     )
     return EvaluationRequest(
         source=source, kernel=kernel, options=CompileOptions(defines={"VARIANT": variant}, extra=list(extra)),

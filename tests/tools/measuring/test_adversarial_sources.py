@@ -19,7 +19,7 @@ STATE = {0: set(), 20: set(), 21: {"blocks_done", "served_x"}, 22: {"blocks_done
 
 @pytest.mark.parametrize("variant", sorted(STATE))
 def test_each_adversarial_kernel_compiles_and_its_device_variables_are_found(variant):
-    assert {c[1] for c in adversarial.CASES} | {adversarial.TIMED_SHAPE_ONLY} == set(STATE)
+    assert {c[1] for c in adversarial.CASES} - {adversarial.OVERCLAIMED} | {adversarial.TIMED_SHAPE_ONLY} == set(STATE)
     module = compile_source(adversarial.SOURCE, CompileOptions(arch="sm_90", defines={"VARIANT": variant}))
     assert "scale" in module.kernels
     assert {name for name, _ in writable_globals(module.cubin)} == STATE[variant]
