@@ -36,11 +36,13 @@ THEMES = {
     "test_reliability_injection.py": "security: hostile text from recordings and files, Studio's context",
     "test_reliability_cli.py": "bad input on the command line, and runs that measure nothing",
     "test_reliability_signals.py": "Ctrl-C, SIGTERM and SIGKILL while compiling: fast exit, no process left",
+    "test_reliability_data.py": "output folders: failed runs, concurrent runs, re-imports, exports; values no run honours",
     "test_kernel_faults.py": "kernel faults, CPU side: compile timeout, guard bands, refusals",
     "test_kernel_faults_on_gpu.py": "kernel faults on the GPU",
 }
 # Themes whose cases each assert that no committed measurement was lost.
-DATA_THEMES = {"test_reliability_chat.py", "test_reliability_kill.py", "test_reliability_store.py"}
+DATA_THEMES = {"test_reliability_chat.py", "test_reliability_kill.py", "test_reliability_store.py",
+               "test_reliability_data.py"}
 
 
 class _Outcomes:

@@ -17,6 +17,9 @@ from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.measuring.problem import Tolerance
 
 # The element type under test is spelled "T" in a signature; the rest are concrete.
+# The kernels take their sizes as 32-bit ints (spec args `int32`): a larger size would wrap in the
+# launch, so no shape may set one past this.
+INT32_MAX = 2**31 - 1
 KERNEL_DTYPE = "T"
 
 
@@ -154,11 +157,16 @@ class KernelSpec(BaseModel):
 
     def parse_shape(self, text: str) -> dict[str, int]:
         """`16x4096` -> {T: 16, H: 4096}, in the order of `symbols`; UsageError naming the text
-        and how to write one otherwise."""
+        and how to write one otherwise. ASCII digits only (int() also reads '١٦', which no one
+        types as a shape on purpose), each size at most INT32_MAX, the kernels' argument type."""
         parts = text.strip().lower().split("x")
-        if len(parts) != len(self.symbols) or not all(p.isdigit() and int(p) > 0 for p in parts):
+        if len(parts) != len(self.symbols) or not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
             raise UsageError(f"{text!r} is not a {self.name} shape; write {self.shape_syntax()}")
-        return dict(zip(self.symbols, map(int, parts)))
+        shape = dict(zip(self.symbols, map(int, parts)))
+        if past := [f"{s}={v}" for s, v in shape.items() if v > INT32_MAX]:
+            raise UsageError(f"{text!r}: {', '.join(past)} is past the kernels' 32-bit size arguments "
+                             f"(at most {INT32_MAX})")
+        return shape
 
     def parse_shapes(self, text: str) -> list[dict[str, int]]:
         """A comma-separated list of shapes (`16x4096,64x8192`); an empty item is an error, not

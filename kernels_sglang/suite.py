@@ -20,6 +20,7 @@ import functools
 import importlib
 import os
 import random
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -216,13 +217,18 @@ def _text(path: Path) -> str:
 
 
 def compute_capability(arch: str | None) -> int:
-    """`sm_90a` -> 90; the default when no arch is named."""
+    """`sm_90a` -> 90; the default when no arch is named. Only what CUDA names a GPU (sm_, then
+    a major version of 1 to 19 and a minor digit, then an optional a or f suffix): `sm_1000` and
+    `sm_٩٠` were once read as compute capabilities 1000 and 90 and exported for."""
     if not arch:
         arch = DEFAULT_ARCH
-    digits = "".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit())
-    if not digits:
-        raise AstraError(f"{arch!r} is not an arch like sm_90")
-    return int(digits)
+    match = _ARCH.fullmatch(arch)
+    if not match:
+        raise UsageError(f"{arch!r} is not a CUDA architecture like sm_80, sm_90, sm_90a or sm_100")
+    return int(match.group(1))
+
+
+_ARCH = re.compile(r"sm_((?:1[0-9]|[1-9])[0-9])[af]?", re.ASCII)
 
 
 def environment(spec: KernelSpec, shape: dict[str, int], dtype: str, variant: str,

@@ -287,8 +287,11 @@ def _supported_shapes(recipe: Recipe, baseline_text: str, folder: Path) -> tuple
     return kept, dropped
 
 
-def import_sglang(dest: Path, ports: list[str], sources: Sources) -> list[Imported]:
-    """Write one folder per recipe in `ports` (every recipe when empty) under `dest`."""
+def import_sglang(dest: Path, ports: list[str], sources: Sources, force: bool = False) -> list[Imported]:
+    """Write one folder per recipe in `ports` (every recipe when empty) under `dest`.
+
+    A kernel folder already there is refused, as `astra new` refuses one, unless `force`: a second
+    import used to write over it silently, and a spec.py a person had edited since was lost."""
     unknown = [p for p in ports if p not in RECIPES]
     if unknown:
         reasons = "; ".join(f"{p}: {NOT_IMPORTED[p]}" if p in NOT_IMPORTED else f"{p}: no such suite kernel"
@@ -299,6 +302,10 @@ def import_sglang(dest: Path, ports: list[str], sources: Sources) -> list[Import
     if missing:
         raise UsageError(f"SGLang {sources.sglang_version} ({sources.origin}) has no {', '.join(missing)}; "
                          "this importer knows the layout of SGLang 0.5.23's JIT tree")
+    there = [str(dest / r.name) for r in recipes if (dest / r.name).exists()]
+    if there and not force:
+        raise UsageError(f"{', '.join(there)} exists already (and may hold your edits): import into another "
+                         "folder, or give --force to write over it")
     dest.mkdir(parents=True, exist_ok=True)
     _vendor(sources, dest, recipes)
     done = []

@@ -70,7 +70,56 @@ class DispatchTable(BaseModel):
                 raise ValueError(f"an entry runs source {entry.source!r}, which is neither "
                                  f"{' nor '.join(FOLDER_SOURCES)} nor among the table's sources "
                                  f"({', '.join(self.sources) or 'none'})")
+        # One entry per shape: with two, pick() takes whichever sorts first while a reader (the
+        # exported file's header) may show the other; 100k copies of one made an export run for minutes.
+        counts: dict[tuple, int] = {}
+        for entry in self.entries:
+            key = tuple(sorted(entry.shape.items()))
+            counts[key] = counts.get(key, 0) + 1
+        if twice := next(((key, n) for key, n in counts.items() if n > 1), None):
+            shape = dict(twice[0])
+            label = "x".join(str(v) for v in next(e.shape for e in self.entries if e.shape == shape).values())
+            raise ValueError(f"the table has {twice[1]} entries at {label}; a dispatch table holds one per shape")
         return self
+
+    def broken_entry(self, sms: int = suite.DEFAULT_SMS, arch: str | None = None,
+                     device_facts: bool = True) -> str | None:
+        """The first entry whose configuration the template's constraints refuse at the entry's own
+        shape, on a GPU of `sms` multiprocessors and `arch`, as a sentence naming the shape, the
+        parameters and the constraint; None when every entry runs where it was tuned.
+
+        pick() passes over such an entry silently to the next nearest one, so a table holding one
+        (hand-edited, or from another template) runs another configuration than the one it shows.
+        With `device_facts` False, constraints on the GPU (SM, SMS) are left out: on another GPU
+        than the tuner's, falling back is what pick() is for. Entries that do not set the source's
+        parameters or the kernel's symbols are left to the caller's checks (export's check_table)."""
+        from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH
+
+        folder = suite.load(self.kernel)
+        spec = folder.spec
+        for entry in self.entries:
+            if entry.source == "baseline" or set(entry.shape) != set(spec.symbols):
+                continue
+            template = self.source_of(entry.source)
+            if set(entry.config) != set(template.names):
+                continue
+            env = suite.environment(spec, entry.shape, self.dtype, self.variant, sms, arch)
+            instance = template.instantiate(entry.config, env)
+            if not isinstance(instance, Exclusion):
+                continue
+            constraint = next((c for c in template.constraints if c.line == instance.line), None)
+            on_device = constraint is not None and bool(constraint.expression.names & {"SM", "SMS"})
+            if on_device and not device_facts:
+                continue
+            named = [n for n in template.names if constraint is not None and n in constraint.expression.names]
+            values = ", ".join(f"{n}={entry.config[n]}" for n in named or template.names)
+            rule = (f"constraint `{constraint.expression.text}` ({constraint.reason}; {template.path} line "
+                    f"{constraint.line})" if constraint else f"launch geometry ({instance.reason})")
+            where = f" on {arch or DEFAULT_ARCH} with {sms} SMs" if on_device else ""
+            return (f"{self.kernel} entry {spec.label(entry.shape)}: {values} break{'s' if len(named) == 1 else ''} "
+                    f"the {entry.source}'s {rule}{where}, so the table would run another configuration there "
+                    f"than the one it names")
+        return None
 
     def source_names(self) -> list[str]:
         """Every source the table can launch, in a fixed order: the folder's template and baseline, then its own."""

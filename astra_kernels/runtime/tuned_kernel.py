@@ -35,6 +35,10 @@ class TunedKernel:
     (`astra kernels` lists it): device buffers for tensors, Python numbers for scalars."""
 
     def __init__(self, table: DispatchTable, device: Device | None = None):
+        # An entry the template refuses at its own shape would be passed over for another one in
+        # silence; constraints on the GPU are left out, since on another GPU that is what pick() is for.
+        if broken := table.broken_entry(device_facts=False):
+            raise suite.AstraError(broken)
         self.table = table
         self.device = device or Device(0)
         self.folder = suite.load(table.kernel)

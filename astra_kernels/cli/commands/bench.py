@@ -130,12 +130,39 @@ def _read_report(path: Path):
     from astra_kernels.jobs import benchmark
 
     try:
-        return benchmark.BenchReport.model_validate_json(path.read_text())
+        report = benchmark.BenchReport.model_validate_json(path.read_text())
     except OSError as exc:
         raise UsageError(f"--from {path}: {exc.strerror or exc}") from None
     except (ValidationError, UnicodeDecodeError) as exc:
         raise UsageError(f"--from {path} is not the bench.json of `astra bench --out` "
                          f"({str(exc).splitlines()[0]})") from None
+    _check_times(path, report)
+    return report
+
+
+LONGEST_US = 1e9  # no kernel call takes a quarter of an hour
+
+
+def _check_times(path: Path, report) -> None:
+    """A file's times are what a kernel can take: positive, finite, under LONGEST_US (spreads and
+    bandwidths not negative), else a UsageError naming the row and the field. A hand-edited or
+    damaged bench.json once rendered -1e300 us as a 300-digit number and a speedup from it."""
+    import math
+
+    rows = [(f"{r.kernel} {r.label}", r) for r in report.rows]
+    for where, model in [("the report", report), *rows]:
+        for name, value in model:
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if name.endswith("_us"):
+                wrong = not (math.isfinite(value) and 0 < value <= LONGEST_US)
+            elif name.endswith(("_spread", "_gbs")) or name == "bytes_moved":
+                wrong = not (math.isfinite(value) and value >= 0)
+            else:
+                continue
+            if wrong:
+                raise UsageError(f"--from {path}: {where}: {name} {value!r} is not what a kernel measures "
+                                 f"(times are positive and at most {LONGEST_US:.0e} us, spreads not negative)")
 
 
 def _bench_outputs(args, report) -> int:

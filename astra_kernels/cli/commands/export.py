@@ -38,6 +38,7 @@ def run(args) -> int:
     """Write a dispatch table as a standalone .cu, a Python callable on framework tensors, and a guide."""
     import shlex
 
+    from astra_kernels.jobs import outputs
     from astra_kernels.jobs.exporting import cuda_file as export
     from astra_kernels.kernels_sglang import suite
 
@@ -45,8 +46,9 @@ def run(args) -> int:
     folder = suite.load(source.table.kernel)
     shapes = folder.spec.parse_shapes(args.shapes) if args.shapes is not None else []
     out = Path(args.out or f"export/{source.table.kernel}")
-    result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
-                           command=shlex.join(["astra", "export", *args.argv]))
+    with outputs.held(out, "export"):  # one run at a time per folder (jobs/outputs.py)
+        result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
+                               command=shlex.join(["astra", "export", *args.argv]))
     if args.json:
         print(json.dumps({"out": str(result.out), "files": [str(f) for f in result.files],
                           "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable}, indent=2))

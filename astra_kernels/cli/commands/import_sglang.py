@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
     command.add_argument("--kernel", dest="kernels", action="append", default=[], metavar="NAME",
                          help="a suite kernel to import SGLang's source of (repeatable; default: every one with "
                               "a recipe)")
+    command.add_argument("--force", action="store_true",
+                         help="write over kernel folders an earlier import left in DIR (by default they are "
+                              "refused: they may hold your edits)")
     command.add_argument("--json", action="store_true")
     command.set_defaults(run=run)
 
@@ -37,7 +40,7 @@ def run(args) -> int:
     dest = Path(args.dest).expanduser()
     with tempfile.TemporaryDirectory(prefix="astra-import-") as work:
         sources = importing.locate(args.sources, Path(work))
-        done = importing.import_sglang(dest, args.kernels, sources)
+        done = importing.import_sglang(dest, args.kernels, sources, force=args.force)
     skipped = {k: why for k, why in importing.NOT_IMPORTED.items() if not args.kernels}
     if args.json:
         print(json.dumps({

@@ -67,7 +67,16 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    """The agent: plan, rewrite or template, test, profile, tune, report, with a checkpoint per step."""
+    """The agent: plan, rewrite or template, test, profile, tune, report, with a checkpoint per step;
+    its output folder held for the run, so a second run into it is refused (jobs/outputs.py)."""
+    from astra_kernels.jobs import outputs
+    from astra_kernels.kernels_sglang import suite
+
+    with outputs.held(Path(args.out or f"out/{suite.load(args.kernel).name}-agent"), "optimize"):
+        return _optimize(args)
+
+
+def _optimize(args) -> int:
     import uuid
 
     from astra_kernels.evaluators import open_evaluator

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rich.markup import escape
 from rich.table import Table
 
@@ -13,7 +15,8 @@ from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH
 def add_parser(sub) -> None:
     space = sub.add_parser("space", help="a template's search space at one shape, pruned stage by stage")
     space.add_argument("kernel")
-    space.add_argument("--shape", "--shapes", dest="shape", required=True, help="one shape, e.g. 16x4096")
+    space.add_argument("--shape", "--shapes", dest="shape", required=True, action=_OneShape,
+                       help="one shape, e.g. 16x4096 (given once: the space is one shape's)")
     space.add_argument("--dtype")
     space.add_argument("--variant", default="default")
     space.add_argument("--arch", help=f"target (default: the local GPU's, else {DEFAULT_ARCH})")
@@ -23,6 +26,17 @@ def add_parser(sub) -> None:
     space.add_argument("--gpu", type=count, default=0)
     space.add_argument("--json", action="store_true")
     space.set_defaults(run=run)
+
+
+class _OneShape(argparse.Action):
+    """--shape (or --shapes) once: `--shape A --shapes B` kept B alone and showed B's space as if
+    A's had been asked for too; the space is one shape's, so a second is refused, not dropped."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            raise argparse.ArgumentError(self, f"takes one shape, given {getattr(namespace, self.dest)!r} and "
+                                               f"{values!r}: run `astra space` once per shape")
+        setattr(namespace, self.dest, values)
 
 
 def run(args) -> int:

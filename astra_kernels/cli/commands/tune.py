@@ -79,11 +79,16 @@ def run(args) -> int:
         folder = suite.load(kernel)
         suite.check_run(folder, shapes_from(folder, args) or folder.spec.default_shapes(),
                         args.dtype or folder.spec.default_dtype(), args.variant)
-    if args.ray is not None:
-        return _tune_on_cluster(args)
-    code, reports = 0, []
-    for kernel in kernels:
-        code = max(code, _tune_one(args, kernel, reports))
+    with contextlib.ExitStack() as stack:  # one run at a time per output folder (jobs/outputs.py)
+        from astra_kernels.jobs import outputs
+
+        for kernel in kernels:
+            stack.enter_context(outputs.held(output_folder(args, suite.load(kernel).spec.name), "tune"))
+        if args.ray is not None:
+            return _tune_on_cluster(args)
+        code, reports = 0, []
+        for kernel in kernels:
+            code = max(code, _tune_one(args, kernel, reports))
     _print_json(args, reports)
     return code
 
@@ -251,14 +256,28 @@ def _start_table(args, spec, dtype: str):
 
 
 def finish(args, folder, report, out: Path, store_path: Path) -> int:
-    """Write a kernel's outputs, print its report, and say what failed (the exit code)."""
-    from astra_kernels.jobs import tuning
+    """Write a kernel's outputs, print its report, and say what failed (the exit code).
 
-    written = tuning.write_outputs(folder, report, out)
+    The files are written to a staging folder and moved into `out` one by one (os.replace), so no
+    reader sees half of them; a failed run (nothing measured, or a table that failed its checks)
+    moves them only where `out` holds no earlier result, which it must never replace: that folder
+    is left byte for byte as it was, and the failed run's report is the one printed."""
+    from astra_kernels.jobs import outputs, tuning
+
+    failed = (bool(report.unmeasured) and len(report.unmeasured) == len(report.shapes)) or bool(
+        report.verification_failures)
+    with outputs.staged(out) as stage:
+        staged = tuning.write_outputs(folder, report, stage)
+        kept = failed and outputs.holds_any(out, [p.name for p in staged])
+        written = [] if kept else outputs.publish(staged, out)
     if not args.json:
         console.print(tuning.render_markdown(report), markup=False, highlight=False)
-        console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
+        if written:
+            console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
     say = messages(args)
+    if kept:
+        say.print(f"{out} keeps its earlier result: this run failed, so it replaced nothing there "
+                  f"(its evaluations are in the results store {store_path})", highlight=False, markup=False)
     if unmeasured := report.unmeasured:
         why = "; ".join(f"{label} ({statuses})" for label, statuses in unmeasured.items())
         where = f"the recording {report.replayed_from} holds no evaluation there" if report.replayed_from else (

@@ -25,15 +25,18 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from astra_kernels import __version__
 from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype
 from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, STATIC_SHARED_LIMIT
-from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.errors import AstraError, UsageError
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
 from astra_kernels.tools.templating.template import Build, Exclusion, Template
 
 from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels.kernels_sglang.schema import INT32_MAX
 from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
@@ -132,8 +135,11 @@ def _read_table(file: Path) -> DispatchTable:
         raise ExportError(f"{file} holds no dispatch table (its tuning run found no configuration to dispatch)")
     try:
         table = DispatchTable.model_validate(data)
-    except ValueError as exc:
-        raise ExportError(f"{file} is not a dispatch table: {exc}") from None
+    except ValidationError as exc:  # pydantic's text is a block; its first error's message is the line
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise ExportError(f"{file} is not a dispatch table: {where + ': ' if where else ''}"
+                          f"{first['msg'].removeprefix('Value error, ')}") from None
     suite.load(table.kernel)
     return table
 
@@ -155,10 +161,12 @@ def _tuned_on(folder: Path) -> tuple[str, str]:
 # --- checks and the binaries ------------------------------------------------------------------
 
 
-def check_table(table: DispatchTable, folder: suite.KernelFolder) -> None:
+def check_table(table: DispatchTable, folder: suite.KernelFolder, sms: int = suite.DEFAULT_SMS,
+                arch: str = DEFAULT_ARCH) -> None:
     """Refuse a table the current template cannot reproduce (an older template's parameters, a
-    shape missing a symbol), and a kernel whose shapes the C launcher cannot read from its
-    arguments."""
+    shape missing a symbol, a configuration its constraints refuse at its own shape on the target
+    GPU: the file's header would name it while the launcher runs another), and a kernel whose
+    shapes the C launcher cannot read from its arguments."""
     spec = folder.spec
     if table.dtype not in spec.dtypes or table.variant not in spec.variants:
         raise ExportError(f"{table.kernel} runs in {spec.dtypes} with variants {list(spec.variants)}; "
@@ -183,8 +191,11 @@ def check_table(table: DispatchTable, folder: suite.KernelFolder) -> None:
                 raise ExportError(f"{table.kernel} {where}: {p.name}={config[p.name]} is not among the "
                                   f"{source}'s values {list(p.values)}: the table is from another {source}")
     for entry in table.entries:
-        if set(entry.shape) != set(spec.symbols) or any(v < 1 for v in entry.shape.values()):
-            raise ExportError(f"{table.kernel}: entry shape {entry.shape} must set {spec.symbols} to positive sizes")
+        if set(entry.shape) != set(spec.symbols) or any(not 1 <= v <= INT32_MAX for v in entry.shape.values()):
+            raise ExportError(f"{table.kernel}: entry shape {entry.shape} must set {spec.symbols} to positive sizes "
+                              f"of at most {INT32_MAX} (the kernels' 32-bit size arguments)")
+    if broken := table.broken_entry(sms, arch):
+        raise ExportError(broken)
     shape_args(spec)
 
 
@@ -690,14 +701,18 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     `dispatch.json` to `out`."""
     table = source.table
     folder = suite.load(table.kernel)
-    check_table(table, folder)
+    out, k = Path(out), table.kernel
+    files = [out / f"{k}.cu", out / f"{k}_launch.py", out / "README.md", out / MANIFEST, out / "dispatch.json",
+             out / f"{k}.h"]
+    earlier = _refuse_others_files(out, files)  # before any work: a person's README.md is never replaced
+    suite.compute_capability(arch)  # an arch that is none is named before anything else
+    check_table(table, folder, sms, arch)
     built_apart = [name for name in table.source_names() if table.source_of(name).build != Build()]
     if built_apart:  # the export is one self-contained .cu that nvcc builds with its own flags
         raise ExportError(f"{table.kernel}'s {', '.join(built_apart)} is built with its own compiler settings "
                           "(//@ compiler, std, include or flag: another project's source with its headers, as "
                           "`astra import-sglang` writes); the export inlines every source into one self-contained "
                           ".cu and cannot carry those. Export a table whose entries are this project's templates.")
-    suite.compute_capability(arch)
     for shape in shapes:
         if set(shape) != set(folder.spec.symbols):
             raise ExportError(f"shape {shape} must set exactly {folder.spec.symbols}")
@@ -706,17 +721,15 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     if not binaries:
         raise ExportError(f"no configuration of the {table.kernel} table runs at any covered shape")
     command = command or f"astra_kernels.jobs.exporting.cuda_file.export({str(source.path)!r}, {str(out)!r})"
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    k = table.kernel
-    files = [out / f"{k}.cu", out / f"{k}_launch.py", out / "README.md", out / MANIFEST, out / "dispatch.json",
-             out / f"{k}.h"]
     files[0].write_text(render_cu(source, folder, binaries, groups, covered, unrunnable, arch, command, sms))
     manifest = {
         "format": FORMAT_VERSION, "kernel": k, "dtype": table.dtype, "variant": table.variant, "arch": arch, "sms": sms,
         "source_table": source.shown, "tuned_on": source.device, "tuned_date": source.tuned_date,
         "command": command, "exported": datetime.now(UTC).isoformat(timespec="seconds"),
         "astra_kernels": __version__, "cu": files[0].name,
+        # what exports wrote here (this one's and earlier ones' still here): the next one may replace these only
+        "files": sorted({f.name for f in files} | {name for name in earlier if (out / name).is_file()}),
         "groups": [asdict(g) for g in groups],
         "binaries": [asdict(b) for b in binaries],
         "covered_shapes": [folder.spec.label(s) for s in covered],
@@ -729,3 +742,33 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     files[1].write_text(guide.launcher_py(k, folder, table.dtype))
     files[2].write_text(guide.readme(manifest, folder, groups))
     return ExportResult(out, files, binaries, groups, unrunnable)
+
+
+def _written_by_export(out: Path) -> set[str]:
+    """The files in `out` an earlier export wrote, by its manifest (one before the manifest listed
+    them wrote the six files of its kernel); none where there is no manifest of an export."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return set()
+    if not isinstance(manifest, dict) or "format" not in manifest or not isinstance(manifest.get("kernel"), str):
+        return set()
+    k = manifest["kernel"]
+    listed = manifest.get("files")
+    if isinstance(listed, list) and all(isinstance(name, str) for name in listed):
+        return set(listed)
+    return {f"{k}.cu", f"{k}_launch.py", "README.md", MANIFEST, "dispatch.json", f"{k}.h"}
+
+
+def _refuse_others_files(out: Path, files: list[Path]) -> set[str]:
+    """An export writes over its own files only: a README.md (or any file of the names it writes)
+    that was there before and that no export wrote is a person's, and is never replaced. Returns
+    the names earlier exports wrote in `out`."""
+    if not out.is_dir():
+        return set()
+    ours = _written_by_export(out)
+    theirs = [f for f in files if f.exists() and f.name not in ours]
+    if theirs:
+        raise UsageError(f"{', '.join(map(str, theirs))} exists and was not written by astra export, which "
+                         f"would replace it: give another --out (or move the file)")
+    return ours
