@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.concurrency import map_in_threads
+from astra_kernels.tools.concurrency import map_in_threads, stop_point
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
 from .strategies import Strategy, make_strategy
@@ -81,6 +81,7 @@ class StoredEvaluator:
         self.run_id = run_id
 
     def __call__(self, request: EvaluationRequest, **labels) -> tuple[EvaluationResult, bool]:
+        stop_point()  # every evaluation of a search, a cross-measurement or a check comes here
         key = evaluation_key(request, self.worker.device["name"])
         if (stored := self.store.get(key)) is not None:
             return stored, True
@@ -112,6 +113,7 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
     pending: list[dict[str, int]] = []
     answers: list[tuple[EvaluationResult, bool]] = []
     while True:
+        stop_point()  # a store's answers take no time: a search of them would not otherwise notice a stop
         if budget.evaluations is not None and len(outcome.trials) >= budget.evaluations:
             outcome.stopped_by = "evaluations"
             break

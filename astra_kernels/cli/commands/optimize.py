@@ -197,7 +197,7 @@ def resume_command(args, thread: str, out: Path) -> str:
             words.append(flag)
         else:
             for one in value if isinstance(value, list) else [value]:
-                words += [flag, str(one)]
+                words += [flag, f"{one:.0f}" if isinstance(one, float) and one.is_integer() else str(one)]
     return shlex.join([*words, "--resume", thread, "--out", str(out)])
 
 
