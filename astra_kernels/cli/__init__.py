@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from rich.markup import escape
 
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     except AstraError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         return 2 if isinstance(exc, UsageError) else 1
+    except OSError as exc:  # a path given that is a file, lies under one, or cannot be written
+        console.print(f"[red]error:[/red] {escape(os_error_line(exc))}", highlight=False)
+        return 1
     except KeyboardInterrupt as exc:
         code = _interrupted(exc, command, says_how_to_resume=hasattr(args, "resume"),
                             say=messages(args))
@@ -102,6 +106,24 @@ def main(argv: list[str] | None = None) -> int:
         _handle_signals(handlers)  # as they were: main may be called in a process that goes on
         if (concurrency := sys.modules.get("astra_kernels.tools.concurrency")) is not None:
             concurrency.clear_stop()
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError as one line naming the path and what is wrong with it. Any path a user gives
+    (--out, --dir, DIR, --store) may be a file, lie under a file or be read-only, and each place
+    that writes would otherwise end in a traceback (Python's own words, `[Errno 20] Not a
+    directory: 'x/y'`, say nothing of which part is the file)."""
+    path = exc.filename
+    if path is None:
+        return exc.strerror or str(exc)
+    if isinstance(exc, FileExistsError) and os.path.exists(path) and not os.path.isdir(path):
+        return f"{path}: a file is there, where a folder is to be made"
+    if isinstance(exc, NotADirectoryError):
+        parts = [p for p in [str(path), *map(str, Path(path).parents)] if os.path.isfile(p)]
+        if parts:
+            return f"{path}: {parts[0]} is a file, not a folder"
+    what = exc.strerror or type(exc).__name__
+    return f"{path}: {what}" + (f" ({exc.filename2})" if exc.filename2 else "")
 
 
 @contextlib.contextmanager

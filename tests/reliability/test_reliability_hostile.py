@@ -121,3 +121,94 @@ def test_resuming_another_kernels_thread_is_refused_naming_both(stopping_agent, 
     line = _one_error_line(capsys.readouterr().out)
     assert "is a run of silu_and_mul, not of rmsnorm" in line and "t-silu_and_mul" in line, line
     assert not stopping_agent, "nothing of the other kernel's thread was run"
+
+
+# --- 12: paths that are files or cannot be written; input that ends -----------------------------
+
+SHIPPED_TABLE = suite.SUITE_DIR / "tuned" / "h200" / "silu_and_mul.json"
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    """A regular file where a folder is wanted: the tests run as root, which ignores permission
+    bits, so "cannot be written" is a path under a file."""
+    path = tmp_path / "afile"
+    path.write_text("not a folder\n")
+    return path
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["new", "mykern", "--dir", "FILE"], 1),
+    (["new", "mykern", "--dir", "FILE/sub"], 1),
+    (["export", "--gpu-kind", "h200", "--kernel", "silu_and_mul", "--out", "FILE"], 1),
+    (["export", "--gpu-kind", "h200", "--kernel", "silu_and_mul", "--out", "FILE/sub"], 1),
+    (["import-sglang", "FILE"], 2),
+    (["import-sglang", "FILE/sub"], 2),
+    (["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096", "--sample", "2", "--out", "FILE/sub"], 1),
+    (["optimize", "rmsnorm", "--replay", "recorded", "--shapes", "128x4096", "--out", "FILE/sub"], 1),
+])
+def test_a_path_that_is_a_file_or_under_one_is_one_line_naming_it(argv, code, a_file, capsys):
+    assert cli.main([a.replace("FILE", str(a_file)) for a in argv]) == code
+    line = _one_error_line(capsys.readouterr().out)
+    assert line.startswith("error: ") and f"{a_file} is a file" in line or "a file is there" in line, line
+
+
+def test_checkpoints_that_are_a_directory_are_one_line(tmp_path, capsys):
+    assert cli.main(["optimize", "rmsnorm", "--replay", "recorded", "--shapes", "128x4096",
+                     "--checkpoints", str(tmp_path), "--out", str(tmp_path / "out")]) == 1
+    line = _one_error_line(capsys.readouterr().out)
+    assert f"checkpoints {tmp_path}: a directory, not a checkpoint file" in line, line
+
+
+CUDA = 'extern "C" __global__ void one(float* x) { x[threadIdx.x] = 1.0f; }\n'
+
+
+def test_a_compile_cache_that_cannot_be_written_is_a_warning_not_a_traceback(a_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ASTRA_CACHE_DIR", str(a_file / "cache"))
+    source = tmp_path / "one.cu"
+    source.write_text(CUDA)
+    assert cli.main(["compile", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err and "registers" in captured.out, captured
+    warning = _one_error_line(captured.err)
+    assert warning.startswith("warning: the compile cache") and str(a_file) in warning and "ASTRA_CACHE_DIR" in warning
+
+
+def test_tune_under_a_home_that_cannot_be_written_compiles_without_the_cache(a_file, tmp_path, monkeypatch, capsys):
+    for name in ("ASTRA_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(a_file))  # its cache under a file; --sample 10 holds one configuration to compile
+    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096", "--sample", "10",
+                     "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert "warning: the compile cache" in captured.err and (tmp_path / "out" / "dispatch.json").is_file(), captured
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]"])
+def test_export_of_a_folder_whose_report_is_malformed_is_one_line(content, tmp_path, capsys):
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    shutil.copyfile(SHIPPED_TABLE, folder / "dispatch.json")
+    (folder / "report.json").write_text(content)
+    assert cli.main(["export", str(folder), "--out", str(tmp_path / "export")]) == 1
+    line = _one_error_line(capsys.readouterr().out)
+    assert f"{folder / 'report.json'} is not a tuning report" in line, line
+
+
+def test_approve_with_stdin_closed_is_one_line(tmp_path, monkeypatch, capsys):
+    """`astra optimize --approve < /dev/null`: the question meets the end of input (EOFError)."""
+    import io
+
+    from astra_kernels.graph import threads
+
+    def run_thread(app, payload, *, config, answer, **kwargs):
+        return {"accepted": answer({"question": "accept candidate 1?"})}
+
+    monkeypatch.setattr(threads, "run_thread", run_thread)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert cli.main(["optimize", "rmsnorm", "--replay", "recorded", "--shapes", "128x4096", "--approve",
+                     "--out", str(tmp_path / "out")]) == 2
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "EOFError" not in out, out
+    assert "stdin is closed" in out and "--resume" in out, out

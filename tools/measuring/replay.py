@@ -199,8 +199,12 @@ def unpacked_copy(recording: Path) -> Path:
     target = folder / f"{digest}.sqlite"
     if target.is_file():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sqlite")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sqlite")
+    except OSError as exc:  # a read-only HOME, ASTRA_CACHE_DIR under a file
+        raise AstraError(f"cannot unpack the recording {recording.name} into {folder} ({exc.strerror or exc}): "
+                         "set ASTRA_CACHE_DIR to a folder that can be written") from exc
     os.close(handle)
     try:
         with gzip.open(recording, "rb") as source, open(name, "wb") as out:

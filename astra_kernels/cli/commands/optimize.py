@@ -77,7 +77,7 @@ def run(args) -> int:
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.nodes.reporter import render
     from astra_kernels.nodes.shared.chat import make_chat_model
-    from astra_kernels.tools.errors import AstraError, NoGpuError
+    from astra_kernels.tools.errors import AstraError, NoGpuError, UsageError
 
     check_cluster_arguments(args)
     folder = suite.load(args.kernel)
@@ -145,7 +145,13 @@ def run(args) -> int:
         say.print(f"[bold]{event['node']}[/bold] {escape(event['message'])}")
 
     def ask(question: dict) -> bool:
-        return say.input(f"{escape(question['question'])} \\[y/N] ").strip().lower() in ("y", "yes")
+        try:
+            answer = say.input(f"{escape(question['question'])} \\[y/N] ")
+        except EOFError:  # `--approve < /dev/null`, or stdin closed: no one to ask
+            raise UsageError("--approve asks before accepting each faster candidate, but stdin is closed (end of "
+                             f"input); answer at a terminal (`{resume_command(args, thread, out)}` goes on from "
+                             "here) or leave --approve out") from None
+        return answer.strip().lower() in ("y", "yes")
 
     try:
         with evaluator as worker, progress_bar("the agent", enabled=not args.approve and not args.json) as update:

@@ -142,7 +142,13 @@ def _tuned_on(folder: Path) -> tuple[str, str]:
     """Device and date from the tuning report beside the table, where there is one."""
     report = folder / "report.json"
     if report.is_file():
-        data = json.loads(report.read_text())
+        try:
+            data = json.loads(report.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ExportError(f"{report} is not a tuning report ({exc}): put back the one `astra tune` wrote, "
+                              "or remove it (the export then says where the table was tuned is not recorded)") from None
+        if not isinstance(data, dict):
+            raise ExportError(f"{report} is not a tuning report (JSON, but not an object)")
         return f"{data.get('device', 'unknown device')} ({data.get('arch', '?')})", data.get("date", "not recorded")
     markdown = folder / "report.md"
     if markdown.is_file():
