@@ -212,3 +212,56 @@ def test_approve_with_stdin_closed_is_one_line(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "Traceback" not in out and "EOFError" not in out, out
     assert "stdin is closed" in out and "--resume" in out, out
+
+
+# --- 15: a tune piped to a log says something as it goes -----------------------------------------
+
+def test_tune_to_a_log_prints_a_line_as_each_shape_is_searched(tmp_path, capsys):
+    """Not a terminal (capsys): no bar, so a line per shape as its search ends, before the report
+    (which comes only when every shape, the cross-measurement and the checks are done)."""
+    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096,64x8192", "--sample", "30",
+                     "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith("# silu_and_mul"))
+    searched = [line for line in lines[:heading] if ": measured " in line]
+    assert [line.split(":")[0] for line in searched] == ["silu_and_mul 16x4096", "silu_and_mul 64x8192"], lines[:heading]
+    assert "baseline 4.35 us" in searched[1], searched
+
+
+# --- 16: what a replay's report says -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def replayed_tune(tmp_path_factory):
+    """`astra tune silu_and_mul --replay recorded` at one shape of the recording's fifteen, over a
+    sample of its space (the whole space is minutes of compiling on a fresh cache)."""
+    out = tmp_path_factory.mktemp("replayed") / "out"
+    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096", "--sample", "150",
+                     "--out", str(out)]) == 0
+    return out
+
+
+def test_a_replays_report_is_dated_by_its_recording_not_today(replayed_tune):
+    heading = (replayed_tune / "report.md").read_text().splitlines()[0]
+    assert heading == "# silu_and_mul: replayed from a recording of NVIDIA H200 (sm_90), 2026-11-26", heading
+    assert json.loads((replayed_tune / "report.json").read_text())["recorded"] == "2026-11-26"
+
+
+def test_a_replays_evaluation_counts_agree_between_the_table_and_its_rounds(replayed_tune):
+    """The table counts what was measured; the rounds counted the replay's refusals too (71 against
+    several hundred)."""
+    text = (replayed_tune / "report.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 16x4096 |"))
+    in_table = int(row.split("|")[7].split("(")[0])
+    rounds = [line for line in text.splitlines() if line.startswith("- 16x4096 ") and " evaluated, best " in line]
+    in_rounds = sum(int(line.split(" evaluated, best ")[0].rsplit(" ", 1)[1]) for line in rounds)
+    report = json.loads((replayed_tune / "report.json").read_text())
+    proposed = len(report["shapes"][0]["search"]["trials"])
+    assert rounds and in_table == in_rounds, (in_table, rounds)
+    assert in_table < proposed, "the recording lacks some of what the search proposed: the test shows nothing"
+
+
+def test_report_of_a_tune_folder_covers_the_runs_shapes_only(replayed_tune, tmp_path, capsys):
+    assert cli.main(["report", str(replayed_tune), "--out", str(tmp_path / "report"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    shapes = [s["label"] for g in summary["groups"] for s in g["shapes"]]
+    assert shapes == ["16x4096"], shapes  # its store, a copy of the recording, holds fifteen

@@ -58,6 +58,14 @@ class RoundSummary(BaseModel):
     best_us: float | None = None
 
 
+def measured(trials: list[Trial]) -> int:
+    """Trials that measured something: a replay's "unrecorded" answers are refusals, not
+    evaluations (the budget counts them, so a resumed search retraces its path, but a report's
+    counts leave them out, and its rounds and its table must agree: 45 in the table and 111 in the
+    rounds below it, before)."""
+    return sum(t.status != "unrecorded" for t in trials)
+
+
 class SearchOutcome(BaseModel):
     strategy: str
     trials: list[Trial] = Field(default_factory=list)
@@ -193,7 +201,7 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                *(f"not among the candidates here: {c}" for c in start or [] if c not in candidates),
                *([f"{len(given) - len(firsts)} more left to the search: the budget is {budget.evaluations}"]
                  if len(given) > len(firsts) else [])]
-        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=len(found.trials),
+        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=measured(found.trials),
                                            best_us=found.best_us, reasons=why))
         outcome.best_us, outcome.best_config = found.best_us, found.best_config
     pool, action, reasons = [c for c in candidates if c not in firsts], "first", []
@@ -222,7 +230,7 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                        labels=labels, progress=progress, parallel=parallel)
         outcome.trials += found.trials
         outcome.rounds.append(RoundSummary(index=index, action=action, reasons=reasons, pool=len(pool),
-                                           evaluated=len(found.trials), best_us=found.best_us))
+                                           evaluated=measured(found.trials), best_us=found.best_us))
         if found.best_us is not None and (outcome.best_us is None or found.best_us < outcome.best_us):
             outcome.best_us, outcome.best_config = found.best_us, found.best_config
     outcome.seconds = time.perf_counter() - started
