@@ -265,3 +265,61 @@ def test_report_of_a_tune_folder_covers_the_runs_shapes_only(replayed_tune, tmp_
     summary = json.loads(capsys.readouterr().out)
     shapes = [s["label"] for g in summary["groups"] for s in g["shapes"]]
     assert shapes == ["16x4096"], shapes  # its store, a copy of the recording, holds fifteen
+
+
+# --- 17: what the output says, and where it goes ------------------------------------------------
+
+ROOT = suite.SUITE_DIR.parent
+
+
+def test_check_shows_compiler_output_as_written_not_as_markup(kernels_path, capsys):
+    """`y[i] = x[i]` in a compile error showed as `y = x`: rich read `[i]` as a style."""
+    folder = _kernel_folder(kernels_path, "my_bad")
+    baseline = folder / "baseline.cu"
+    baseline.write_text(baseline.read_text() + "\n__device__ float bad(const float* x, int i) { return x[i] + nope[i]; }\n")
+    assert cli.main(["check", "my_bad", "--shapes", "4x4096", "--samples", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "nope[i]" in out and "x[i]" in out, out
+
+
+def test_a_kernel_name_that_is_not_ascii_is_named_as_such(tmp_path, capsys):
+    assert cli.main(["new", "ядро", "--dir", str(tmp_path)]) == 2
+    assert "must be an ASCII identifier" in _one_error_line(capsys.readouterr().out)
+    assert not any(tmp_path.iterdir())
+
+
+def _with_stdout_closed(*args: str):
+    """`astra ARGS | head -0`: stdout a pipe whose reader has gone before the command writes."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-P", "-m", "astra_kernels.cli", *args], stdout=write,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=120)
+    finally:
+        os.close(write)
+
+
+BENCH = ROOT / "docs" / "bench" / "h100-2026-11-26b" / "cold-astra" / "bench.json"
+
+
+def test_output_to_a_pipe_whose_reader_left_ends_quietly_and_writes_its_files_first(tmp_path):
+    done = _with_stdout_closed("bench", "--from", str(BENCH), "--out", str(tmp_path / "bench"))
+    assert done.returncode == 141 and "Traceback" not in done.stderr, done.stderr  # rich's own: exit 1, silent
+    assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == ["bench.json", "bench.md", "bench.svg"]
+    done = _with_stdout_closed("kernels")
+    assert done.returncode == 141 and not done.stderr.strip(), done.stderr
+
+
+def test_an_sglang_shape_not_taken_names_the_sizes_that_are():
+    wrapper = (ROOT / "astra_kernels" / "jobs" / "generated" / "sglang" / "rmsnorm.cu.in").read_text()
+    reason = next(line for line in wrapper.splitlines() if line.startswith("//@ require H ==")).split(" -- ")[1]
+    assert "64, 128 and 256" in reason and "multiples of 512 from 8192 to 16384" in reason, reason
+
+
+def test_the_compile_cache_variable_is_documented():
+    text = (ROOT / "docs" / "cli.md").read_text()
+    assert "ASTRA_CACHE_DIR" in text and "XDG_CACHE_HOME" in text
