@@ -57,7 +57,14 @@ class _SecretFreeSaver(SqliteSaver):
 def sqlite_checkpointer(path: str | Path) -> SqliteSaver:
     """A SQLite saver on `path` with the strict serializer; CheckpointError names a file that is
     not a database instead of failing at the first step."""
-    connection = sqlite3.connect(path, check_same_thread=False)
+    if Path(path).is_dir():  # sqlite's own word for it is "unable to open database file"
+        raise CheckpointError(f"checkpoints {path}: a directory, not a checkpoint file; pass --checkpoints "
+                              "a file's path (it is made if it is not there)")
+    try:
+        connection = sqlite3.connect(path, check_same_thread=False)
+    except sqlite3.Error as exc:  # under a file, or a folder that cannot be written
+        raise CheckpointError(f"checkpoints {path}: {exc}; pass --checkpoints a file in a folder that can be "
+                              "written") from exc
     try:
         connection.execute("SELECT name FROM sqlite_master").fetchall()
     except sqlite3.DatabaseError as exc:

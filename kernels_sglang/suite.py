@@ -200,7 +200,11 @@ def _module(name: str, module: str) -> ModuleType:
         return importlib.import_module(f"{_package(name)}.{module}")
     except SyntaxError as exc:
         raise KernelFolderError(f"{exc.filename or path}:{exc.lineno}: {exc.msg}") from exc
-    except Exception as exc:  # an import, a name or a spec that fails validation, raised as the file runs
+    except KeyboardInterrupt:  # Ctrl-C (or SIGTERM, the CLI's Terminated) while it loads: the user's, not the file's
+        raise
+    except BaseException as exc:  # an import, a name or a spec that fails validation, raised as the file runs;
+        # and sys.exit() or any other BaseException in the file: a folder that ends the process
+        # would end `astra kernels` and `astra tune` with exit 0 and no output.
         here = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
                 if Path(f.filename).resolve() == path.resolve()]
         line = f":{here[-1]}" if here else ""

@@ -31,6 +31,13 @@ class WholeLineConsole(Console):
             soft_wrap = True
         super().print(*objects, soft_wrap=soft_wrap, **kwargs)
 
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`astra kernels | head -1`). Rich's own answer is SystemExit(1),
+        an exit 1 with no message, as if the command had failed; raised as BrokenPipeError
+        instead, the CLI's main ends the command quietly with 141 (128 + SIGPIPE), as a Unix tool
+        a pipe's reader left is reported."""
+        raise BrokenPipeError()
+
 
 console = WholeLineConsole()
 # For what a command says beside a result it prints to stdout as JSON (--json): the JSON stays whole.

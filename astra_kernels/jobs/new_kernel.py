@@ -13,6 +13,8 @@ and `astra check` shows them until none is left.
 
 from __future__ import annotations
 
+import keyword
+
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,8 +149,11 @@ def new_kernel(name: str, dest: Path, source_file: Path | None) -> Path:
     that cannot be read."""
     from astra_kernels.kernels_sglang import suite
 
-    if not name.isidentifier():
-        raise UsageError(f"kernel name {name!r} must be a Python identifier (letters, digits and _)")
+    # ASCII: Python takes `ядро` as an identifier, but the name is also a C symbol and a file name
+    # (the skeleton's `__global__ void NAME`, which then failed with a misleading "no kernel in it").
+    if not (name.isascii() and name.isidentifier()) or keyword.iskeyword(name):
+        raise UsageError(f"kernel name {name!r} must be an ASCII identifier (a Python identifier of letters a-z "
+                         "and A-Z, digits and _, not starting with a digit, and no Python keyword)")
     if name in suite.names():
         raise UsageError(f"kernel {name!r} exists already ({suite.folder_path(name)}); choose another name")
     folder = dest / name

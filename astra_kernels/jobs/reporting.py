@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import json
 import math
 import os
 import re
@@ -146,11 +147,35 @@ def report(source: str | Path, *, kernel: str | None = None, out: str | Path | N
     report.html, report.json and the SVG charts to `out` when given. Raises ReportError, with
     nothing written, when the input is unusable."""
     path, rows = read_store(source, kernel)
+    rows = _the_runs_rows(source, path, rows)
     summary = summarize(rows, str(source), path)
     rendered = render(summary)
     if out is not None:
         rendered.written = write(rendered.files, Path(out))
     return rendered
+
+
+def _the_runs_rows(source: str | Path, path: Path, rows: list[dict]) -> list[dict]:
+    """For an `astra tune` output folder, the rows of its run: its kernel, dtype and variant at its
+    shapes on its device. Its store holds more (a replay's is a copy of the whole recording, a
+    re-run's keeps earlier runs' shapes), and a report of the folder is read as the report of its
+    run. Any other source: every row."""
+    folder = Path(source)
+    tuned = folder / "report.json"
+    if not (folder.is_dir() and tuned.is_file()):
+        return rows
+    try:
+        run = json.loads(tuned.read_text())
+        shapes = [s["shape"] for s in run["shapes"]]
+        key = (run["kernel"], run["dtype"], run["variant"], run["device"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{tuned} is not the report of an `astra tune` run ({exc}); give the store "
+                          f"{path} itself to report all of it") from None
+    mine = [r for r in rows if (r["kernel"], r["dtype"], r["variant"], r["device"]) == key and r["shape"] in shapes]
+    if not mine:
+        raise ReportError(f"{path} holds no results of the run {tuned} reports ({key[0]} at "
+                          f"{len(shapes)} shapes on {key[3]}); give the store itself to report all of it")
+    return mine
 
 
 def resolve(source: str | Path, kernel: str | None) -> Path:

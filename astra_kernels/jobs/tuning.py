@@ -34,7 +34,7 @@ from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.search.hardware import limits_for
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.search.runner import (
-    Budget, SearchOutcome, StoredEvaluator, Trial, retime_finalists, search_rounds,
+    Budget, SearchOutcome, StoredEvaluator, Trial, measured, retime_finalists, search_rounds,
 )
 from astra_kernels.tools.search.space import build_space
 from astra_kernels.tools.templating.expressions import Expression
@@ -94,6 +94,7 @@ class TuneReport(BaseModel):
     arch: str
     date: str
     replayed_from: str | None = None  # a results store answered instead of a GPU (tools/measuring/replay.py)
+    recorded: str | None = None  # a replay's: the date its recording was measured (`date` is the replay's own)
     l2: str = "cold"  # the L2 regime every time was measured in
     shapes: list[ShapeResult] = Field(default_factory=list)
     general: dict[str, int] | None = None
@@ -136,7 +137,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
          compile_timeout_s: float | None = None,
          compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold",
          parallel: int = 1, configs: list[dict[str, int]] | None = None,
-         start: DispatchTable | None = None) -> TuneReport:
+         start: DispatchTable | None = None, searched: Callable[[ShapeResult], None] | None = None) -> TuneReport:
     """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
     `compile_timeout_s` bounds each configuration's compile while the space is pruned;
     `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
@@ -149,7 +150,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     measured before the search there (start_configs), so a re-tune after the template changed
     keeps what the last one found wherever the search does no better. The spec's seeds (the
     production kernel's own configurations: seed_configs) are measured in that first round too,
-    with or without `start`."""
+    with or without `start`. `searched(shape_result)` is called as each shape's search ends (a log's
+    line per shape: a search takes minutes, and the report comes only at the end)."""
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -157,7 +159,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     base = suite.base_options(dtype, spec.variants[variant], arch)
     report = TuneReport(kernel=spec.name, dtype=dtype, variant=variant, strategy=strategy, l2=l2,
                         device=worker.device["name"], arch=arch, replayed_from=worker.device.get("replay"),
-                        date=datetime.now(UTC).isoformat(timespec="seconds"))
+                        recorded=worker.device.get("recorded"), date=datetime.now(UTC).isoformat(timespec="seconds"))
 
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
@@ -198,13 +200,16 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         # median of hundreds (runner.retime_finalists); stored apart as "finalist" rows
         retime_finalists(outcome, lambda config, shape=shape: request("template", shape, config), evaluator,
                          labels=lambda config, shape=shape: {**labels("template", shape)(config), "which": "finalist"})
-        return ShapeResult(
+        result = ShapeResult(
             shape=shape, label=label, space_total=space.total,
             space_after_constraints=space.after_constraints, space_after_compile=space.after_compile,
             space_candidates=space.after_hardware, pruned_reasons=space.reasons()[:8],
             baseline_us=baseline.timing.median_us if baseline.status == "ok" and baseline.timing else None,
             baseline_status=baseline.status, search=outcome,
         )
+        if searched:
+            searched(result)
+        return result
 
     # Workers beyond one per shape measure configurations of a shape side by side, where its
     # strategy's proposals do not depend on scores (runner.UNINFORMED); a search of one shape on
@@ -219,12 +224,12 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
                       runs_at=lambda config, s: not isinstance(request("template", s.shape, config), Exclusion))
     if parallel > 1:  # measured all at once here, so that _general reads them from the store
         _prefetch_general(plan, request, evaluator, labels, deadline, parallel)
-    report.general, report.general_us, measured, report.general_cut = _general(
+    report.general, report.general_us, cross_measured, report.general_cut = _general(
         plan, report.shapes, request, evaluator, labels, deadline)
     if progress and report.general_cut:
         progress(report.general_cut, None)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
-                                    entries=[_entry(s, measured.get(s.label, [])) for s in report.shapes])
+                                    entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes])
     verify_dispatch(report, folder, worker, evaluator, verify or [], progress, parallel)
     return report
 
@@ -517,16 +522,26 @@ def convergence(outcome: SearchOutcome) -> list[tuple[float, float]]:
 
 
 def _measured(outcome: SearchOutcome) -> int:
-    return sum(t.status != "unrecorded" for t in outcome.trials)
+    return measured(outcome.trials)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value else "—"
 
 
+def _measured_on(report: TuneReport) -> str:
+    """The heading's words for where the times come from: a replay measured nothing today."""
+    return "replayed from a recording of" if report.replayed_from else "tuned on"
+
+
+def _when(report: TuneReport) -> str:
+    """When the times were measured: a replay's recording's date, not the day it was replayed."""
+    return (report.recorded or "recording date unknown") if report.replayed_from else report.date
+
+
 def render_markdown(report: TuneReport) -> str:
     lines = [
-        f"# {report.kernel}: tuned on {md_text(report.device)} ({md_text(report.arch)}), {md_text(report.date)}",
+        f"# {report.kernel}: {_measured_on(report)} {md_text(report.device)} ({md_text(report.arch)}), {md_text(_when(report))}",
         "",
         f"dtype {md_text(report.dtype)}, variant {md_text(report.variant)}, strategy {md_text(report.strategy)}. Times are "
         + ("CUDA-graph replay medians over rotating inputs (cold L2), after the correctness checks." if report.l2 == "cold"

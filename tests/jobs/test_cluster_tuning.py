@@ -167,7 +167,7 @@ def test_each_gpu_kind_of_a_mixed_cluster_tunes_its_own_table(cluster, tmp_path,
         table = json.loads((out / folder / "dispatch.json").read_text())
         assert table["general"] == alone[kind].general
         assert [e["config"] for e in table["entries"]] == [e.config for e in alone[kind].entries]
-        assert f"tuned on {kind}" in (out / folder / "report.md").read_text()
+        assert f"replayed from a recording of {kind}" in (out / folder / "report.md").read_text()
 
 
 def test_astra_optimize_ray_runs_the_agent_on_the_cluster(cluster, tmp_path, capsys):

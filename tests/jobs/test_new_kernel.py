@@ -84,7 +84,7 @@ def test_a_name_taken_or_not_an_identifier_is_refused(tmp_path, capsys):
     assert cli.main(["new", "rmsnorm", "--dir", str(tmp_path)]) == 2
     assert "exists already" in "".join(capsys.readouterr())
     assert cli.main(["new", "my-kernel", "--dir", str(tmp_path)]) == 2
-    assert "must be a Python identifier" in "".join(capsys.readouterr())
+    assert "must be an ASCII identifier" in "".join(capsys.readouterr())
 
 
 def test_a_plain_global_gets_extern_c(tmp_path):

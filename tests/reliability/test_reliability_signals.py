@@ -219,3 +219,99 @@ def test_ctrl_c_while_the_agent_tunes_stops_at_once(optimize_run):
     assert "Traceback" not in output, output
     assert "--resume" in output, output  # optimize names its thread to resume
     _assert_none_left(children)
+
+
+# Issue 38, item 13: a stop during the search itself, not while compiling. `astra tune` searches in
+# its main thread, which the signal interrupts; `astra optimize` searches in one of LangGraph's
+# threads, which no signal reaches, and the main thread waited for the whole search (44-49 s)
+# before it could leave. The search is made slow (each evaluation 0.2 s, as on a GPU) and small to
+# compile (24 sampled configurations a shape that its constraints allow), so the signal lands in a search that would run on.
+SEARCHING = "SEARCH STARTED"
+SLOW_SEARCH = f"""
+import itertools, random, sys, time
+from astra_kernels.cli import main
+from astra_kernels.tools.templating.template import Exclusion
+from astra_kernels.jobs import tuning
+from astra_kernels.tools.search import runner
+
+build = tuning.build_space
+
+def small_space(template, env, *args, configs=None, **kwargs):
+    every = list(template.all_configs())
+    random.Random(0).shuffle(every)
+    runs = (c for c in every if not isinstance(template.instantiate(c, env), Exclusion))
+    space = build(template, env, *args, configs=list(itertools.islice(runs, 24)), **kwargs)
+    print({SEARCHING!r}, flush=True)
+    return space
+
+tuning.build_space = small_space
+answer = runner.StoredEvaluator.__call__
+
+def slowly(self, *args, **kwargs):
+    time.sleep(0.2)
+    return answer(self, *args, **kwargs)
+
+runner.StoredEvaluator.__call__ = slowly
+sys.argv[0] = "astra"
+sys.exit(main())
+"""
+STOP_SEARCH_WITHIN_S = 1.5  # the fixed code: one evaluation in flight (0.2 s) and the clean-up
+
+
+@pytest.fixture(scope="module")
+def search_cache(tmp_path_factory):
+    """One compile cache for these runs: the first compiles the 24 configurations, the others read them."""
+    return tmp_path_factory.mktemp("cache")
+
+
+class SearchRun(Run):
+    def __init__(self, tmp_path: Path, command: str, cache: Path):
+        self.out = tmp_path / "out"
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+        env["ASTRA_CACHE_DIR"] = str(cache)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.process = subprocess.Popen(
+            [sys.executable, "-P", "-c", SLOW_SEARCH, command, "rmsnorm", "--replay", "recorded",
+             "--shapes", "128x4096", "--out", str(self.out),
+             *(["--tune-seconds", "60"] if command == "optimize" else ["--seconds", "60"])],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+        self.pid = self.process.pid
+        self._chunks = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def wait_until_searching(self) -> set[int]:
+        deadline = time.monotonic() + COMPILING_WITHIN_S
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"astra ended before searching:\n{self.output()}"
+            if SEARCHING in self.output():
+                time.sleep(1.0)  # well into the search
+                return _started_by(self.pid)
+            time.sleep(0.1)
+        pytest.fail(f"no search within {COMPILING_WITHIN_S:.0f} s:\n{self.output()}")
+
+
+@pytest.mark.parametrize("command", ["optimize", "tune"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_search_stops_within_a_second(command, signum, tmp_path, search_cache):
+    run = SearchRun(tmp_path, command, search_cache)
+    try:
+        children = run.wait_until_searching()
+        send = (lambda: os.killpg(run.pid, signum)) if signum == signal.SIGINT else (lambda: os.kill(run.pid, signum))
+        sent = time.monotonic()
+        send()
+        try:
+            status = run.process.wait(STOP_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"astra {command} still running {STOP_WITHIN_S:.0f} s after the signal:\n{run.output()}")
+        took = time.monotonic() - sent
+        run._reader.join(GONE_WITHIN_S)
+        output = run.output()
+        assert status == 128 + signum, output
+        assert took < STOP_SEARCH_WITHIN_S, f"took {took:.1f} s:\n{output}"
+        assert "Traceback" not in output, output
+        assert ("--resume" if command == "optimize" else "run the same command again") in output, output
+        _assert_none_left(children)
+    finally:
+        run.kill_everything()

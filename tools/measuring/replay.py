@@ -54,7 +54,8 @@ class ReplayWorker(NothingToStart):
         # The recording does not hold the GPU's multiprocessor count: callers fall back to their
         # default (132, an H100 or H200), and a candidate whose launch depends on it differently
         # simply finds no record.
-        self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path)}
+        self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path),
+                       **({"recorded": when} if (when := self.recorded_date(self.store_path, name)) else {})}
         self.restarts = 0
 
     @classmethod
@@ -103,6 +104,14 @@ class ReplayWorker(NothingToStart):
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
             return [tuple(r) for r in db.execute(
                 "SELECT DISTINCT device, arch FROM results WHERE device != '' ORDER BY device")]
+
+    @staticmethod
+    def recorded_date(path: Path, device: str) -> str | None:
+        """The day (UTC) of the recording's last measurement on `device`: when its times were
+        measured, for a report that would otherwise date them the day they were replayed."""
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            last = db.execute("SELECT max(created_at) FROM results WHERE device = ?", (device,)).fetchone()[0]
+        return str(last)[:10] if last else None
 
     def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         return EvaluationResult(
@@ -199,8 +208,12 @@ def unpacked_copy(recording: Path) -> Path:
     target = folder / f"{digest}.sqlite"
     if target.is_file():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sqlite")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".sqlite")
+    except OSError as exc:  # a read-only HOME, ASTRA_CACHE_DIR under a file
+        raise AstraError(f"cannot unpack the recording {recording.name} into {folder} ({exc.strerror or exc}): "
+                         "set ASTRA_CACHE_DIR to a folder that can be written") from exc
     os.close(handle)
     try:
         with gzip.open(recording, "rb") as source, open(name, "wb") as out:

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.concurrency import map_in_threads
+from astra_kernels.tools.concurrency import map_in_threads, stop_point
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
 from .strategies import Strategy, make_strategy
@@ -73,6 +73,14 @@ class Finalist(BaseModel):
         return statistics.median(self.retimed_us) if self.retimed_us else None
 
 
+def measured(trials: list[Trial]) -> int:
+    """Trials that measured something: a replay's "unrecorded" answers are refusals, not
+    evaluations (the budget counts them, so a resumed search retraces its path, but a report's
+    counts leave them out, and its rounds and its table must agree: 45 in the table and 111 in the
+    rounds below it, before)."""
+    return sum(t.status != "unrecorded" for t in trials)
+
+
 class SearchOutcome(BaseModel):
     strategy: str
     trials: list[Trial] = Field(default_factory=list)
@@ -100,6 +108,7 @@ class StoredEvaluator:
         self.run_id = run_id
 
     def __call__(self, request: EvaluationRequest, **labels) -> tuple[EvaluationResult, bool]:
+        stop_point()  # every evaluation of a search, a cross-measurement or a check comes here
         key = evaluation_key(request, self.worker.device["name"])
         if (stored := self.store.get(key)) is not None:
             return stored, True
@@ -131,6 +140,7 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
     pending: list[dict[str, int]] = []
     answers: list[tuple[EvaluationResult, bool]] = []
     while True:
+        stop_point()  # a store's answers take no time: a search of them would not otherwise notice a stop
         if budget.evaluations is not None and len(outcome.trials) >= budget.evaluations:
             outcome.stopped_by = "evaluations"
             break
@@ -210,7 +220,7 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                *(f"not among the candidates here: {c}" for c in start or [] if c not in candidates),
                *([f"{len(given) - len(firsts)} more left to the search: the budget is {budget.evaluations}"]
                  if len(given) > len(firsts) else [])]
-        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=len(found.trials),
+        outcome.rounds.append(RoundSummary(index=-1, action="start", pool=len(firsts), evaluated=measured(found.trials),
                                            best_us=found.best_us, reasons=why))
         outcome.best_us, outcome.best_config = found.best_us, found.best_config
     pool, action, reasons = [c for c in candidates if c not in firsts], "first", []
@@ -239,7 +249,7 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
                        labels=labels, progress=progress, parallel=parallel)
         outcome.trials += found.trials
         outcome.rounds.append(RoundSummary(index=index, action=action, reasons=reasons, pool=len(pool),
-                                           evaluated=len(found.trials), best_us=found.best_us))
+                                           evaluated=measured(found.trials), best_us=found.best_us))
         if found.best_us is not None and (outcome.best_us is None or found.best_us < outcome.best_us):
             outcome.best_us, outcome.best_config = found.best_us, found.best_config
     outcome.seconds = time.perf_counter() - started

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from astra_kernels.tools.errors import CompileError
 
-from .compile_cache import CompileCache
+from .compile_cache import CompileCache, default_cache
 from .compiler_process import compile_in_child
 from .headers import cuda_include_dir
 from .nvrtc import (
@@ -43,7 +43,7 @@ def compile_source(
     cached, since a less loaded machine may finish.
     """
     options = options or CompileOptions()
-    store = CompileCache() if cache is True else (cache or None)
+    store = default_cache() if cache is True else (cache or None)
     if timeout_s is None:
         return compile_here(source, options, name=name, cache=store)
     key, _, arch = key_and_flags(source, options, name)
@@ -103,7 +103,7 @@ def compile_many(
         return []
     resolved = [(src, opts.model_copy(update={"arch": resolve_arch(opts.arch)})) for src, opts in items]
     cuda_include_dir()  # fail once, here, rather than in every worker
-    store = CompileCache() if cache is True else (cache or None)
+    store = default_cache() if cache is True else (cache or None)
     cache_dir = str(store.directory) if store is not None else None
     # Cache hits are file reads: answer them here, and start processes only for real compiles.
     outcomes = {}

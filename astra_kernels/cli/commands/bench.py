@@ -169,6 +169,11 @@ def _bench_outputs(args, report) -> int:
     from astra_kernels.jobs import benchmark
 
     out = Path(args.out) if args.out else None
+    if out:  # written before anything is printed: `astra bench ... --out D | head -2` closes the pipe early
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(report.model_dump_json(indent=2))
+        (out / "bench.md").write_text(benchmark.render_markdown(report))
+        (out / "bench.svg").write_text(benchmark.chart(report))
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -188,11 +193,6 @@ def _bench_outputs(args, report) -> int:
             print_table(table)
         for line in report.goals():
             console.print(line, highlight=False)
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(report.model_dump_json(indent=2))
-        (out / "bench.md").write_text(benchmark.render_markdown(report))
-        (out / "bench.svg").write_text(benchmark.chart(report))
-        if not args.json:
-            console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
+    if out and not args.json:
+        console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
     return 0

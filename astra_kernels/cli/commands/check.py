@@ -56,12 +56,12 @@ def run(args) -> int:
                           f"compiled {len(outcomes)} binaries ({len(failed)} failed) for {args.arch or DEFAULT_ARCH}. "
                           "Fill them in and run astra check again.", highlight=False)
             for o in failed[:3]:
-                console.print(o.error, highlight=False)
+                console.print(o.error, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
             return 1
         console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
                       f"({len(failed)} failed) for {args.arch or DEFAULT_ARCH}; testing them needs an NVIDIA GPU.")
         for o in failed[:3]:
-            console.print(o.error, highlight=False)
+            console.print(o.error, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
         return 1 if failed else 0
     with EvaluationWorker(device_index=args.gpu) as worker:
         rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples)

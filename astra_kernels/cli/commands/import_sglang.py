@@ -36,8 +36,12 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from astra_kernels.jobs import importing
+    from astra_kernels.tools.errors import UsageError
 
     dest = Path(args.dest).expanduser()
+    # Before the sources are read (seconds, from a wheel): a DIR that is a file, or lies under one, is one line.
+    if (file := next((p for p in (dest, *dest.parents) if p.exists() and not p.is_dir()), None)) is not None:
+        raise UsageError(f"{dest}: {file} is a file, not a folder to write the kernel folders in")
     with tempfile.TemporaryDirectory(prefix="astra-import-") as work:
         sources = importing.locate(args.sources, Path(work))
         done = importing.import_sglang(dest, args.kernels, sources, force=args.force)

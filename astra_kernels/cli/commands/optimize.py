@@ -86,7 +86,7 @@ def _optimize(args) -> int:
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.nodes.reporter import render
     from astra_kernels.nodes.shared.chat import make_chat_model
-    from astra_kernels.tools.errors import AstraError, NoGpuError
+    from astra_kernels.tools.errors import AstraError, NoGpuError, UsageError
 
     check_cluster_arguments(args)
     folder = suite.load(args.kernel)
@@ -118,8 +118,15 @@ def _optimize(args) -> int:
         payload = {"kernel": folder.name, "shapes": shapes, **({"dtype": args.dtype} if args.dtype else {})}
         checkpoints.parent.mkdir(parents=True, exist_ok=True)
     app = build_graph().compile(checkpointer=sqlite_checkpointer(checkpoints))
-    if args.resume and not app.get_state(config).values:
+    if args.resume and not (resumed := app.get_state(config).values):
         console.print(f"[red]error:[/red] no checkpoint for thread {thread!r} in {checkpoints}", highlight=False)
+        return 2
+    if args.resume and resumed.get("kernel") != folder.name:
+        # The thread holds its kernel, and the resume would carry on with it whatever the command
+        # names: `astra optimize rmsnorm --resume <a silu_and_mul thread>` printed silu_and_mul's result.
+        console.print(f"[red]error:[/red] thread {thread!r} in {checkpoints} is a run of {resumed.get('kernel')}, "
+                      f"not of {folder.name}: resume it with `astra optimize {resumed.get('kernel')} --resume {thread}`",
+                      highlight=False)
         return 2
     try:
         evaluator = _on_cluster(args, folder.name) if args.ray is not None else open_evaluator(
@@ -147,7 +154,13 @@ def _optimize(args) -> int:
         say.print(f"[bold]{event['node']}[/bold] {escape(event['message'])}")
 
     def ask(question: dict) -> bool:
-        return say.input(f"{escape(question['question'])} \\[y/N] ").strip().lower() in ("y", "yes")
+        try:
+            answer = say.input(f"{escape(question['question'])} \\[y/N] ")
+        except EOFError:  # `--approve < /dev/null`, or stdin closed: no one to ask
+            raise UsageError("--approve asks before accepting each faster candidate, but stdin is closed (end of "
+                             f"input); answer at a terminal (`{resume_command(args, thread, out)}` goes on from "
+                             "here) or leave --approve out") from None
+        return answer.strip().lower() in ("y", "yes")
 
     try:
         with evaluator as worker, progress_bar("the agent", enabled=not args.approve and not args.json) as update:
@@ -155,7 +168,7 @@ def _optimize(args) -> int:
             final = run_thread(app, payload, config=config, context=context, on_event=show, answer=ask)
     except KeyboardInterrupt:
         if app.get_state(config).values:  # only a thread with a checkpoint can be resumed
-            say.print(f"resume with `astra optimize {folder.name} --resume {thread} --out {out}`", highlight=False)
+            say.print(f"resume with `{escape(resume_command(args, thread, out))}`", highlight=False)
         raise
     report = final.get("report") or {}
     if args.json:
@@ -174,6 +187,33 @@ def _optimize(args) -> int:
                       highlight=False)
         return 1
     return 0
+
+
+# What a resume reads from its thread, not from the command line: the shapes and dtype are the
+# thread's; the thread and --out are written out by resume_command itself.
+_NOT_FOR_RESUME = {"kernel", "thread", "resume", "shapes", "set", "dtype", "out"}
+
+
+def resume_command(args, thread: str, out: Path) -> str:
+    """The command that resumes this run, to print when it stops. The checkpoint holds the state,
+    not the run's context: the models, budgets and where the measurements come from (--replay,
+    --gpu, --store, --ray, --kernels-dir) are read from the command line again, so every option
+    given is repeated (a hint without `--replay recorded` exited 2 on a machine without a GPU)."""
+    import shlex
+
+    words = ["astra", "optimize", args.kernel]
+    for action in args.parser_of_command._actions:
+        if not action.option_strings or action.dest in _NOT_FOR_RESUME or action.dest == "help":
+            continue
+        value, flag = getattr(args, action.dest, None), max(action.option_strings, key=len)
+        if value is None or value == action.default:
+            continue
+        if action.nargs == 0 or (action.nargs == "?" and value == action.const):  # a flag: --approve, --ray
+            words.append(flag)
+        else:
+            for one in value if isinstance(value, list) else [value]:
+                words += [flag, f"{one:.0f}" if isinstance(one, float) and one.is_integer() else str(one)]
+    return shlex.join([*words, "--resume", thread, "--out", str(out)])
 
 
 @contextlib.contextmanager

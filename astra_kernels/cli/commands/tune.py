@@ -211,9 +211,27 @@ def _tune_one(args, kernel: str, reports: list) -> int:
             report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
                                  strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
                                  sample=args.sample, verify=verify, max_spill_bytes=args.max_spill_bytes,
-                                 progress=progress, compiling=compiling, l2=args.l2, start=start)
+                                 progress=progress, compiling=compiling, l2=args.l2, start=start,
+                                 searched=None if console.is_terminal else _searched_line(args, spec.name))
     reports.append(report)
     return finish(args, folder, report, out, store_path)
+
+
+def _searched_line(args, kernel: str):
+    """Piped or logged (no progress bar), a line as each shape's search ends, flushed at once: a
+    log otherwise got nothing for minutes, then the whole report."""
+    from astra_kernels.jobs.tuning import _fmt, _measured
+
+    say = messages(args)
+
+    def searched(shape) -> None:
+        outcome = shape.search
+        say.print(f"{kernel} {shape.label}: measured {_measured(outcome)} of {shape.space_candidates} configurations "
+                  f"({outcome.stopped_by}), best {_fmt(outcome.best_us)} us, baseline {_fmt(shape.baseline_us)} us",
+                  markup=False, highlight=False)
+        say.file.flush()
+
+    return searched
 
 
 def _shipped_start(args, spec, dtype: str, device: str):

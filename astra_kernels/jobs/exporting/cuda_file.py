@@ -148,12 +148,18 @@ def _tuned_on(folder: Path) -> tuple[str, str]:
     """Device and date from the tuning report beside the table, where there is one."""
     report = folder / "report.json"
     if report.is_file():
-        data = json.loads(report.read_text())
-        return f"{data.get('device', 'unknown device')} ({data.get('arch', '?')})", str(data.get("date", "not recorded"))
+        try:
+            data = json.loads(report.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ExportError(f"{report} is not a tuning report ({exc}): put back the one `astra tune` wrote, "
+                              "or remove it (the export then says where the table was tuned is not recorded)") from None
+        if not isinstance(data, dict):
+            raise ExportError(f"{report} is not a tuning report (JSON, but not an object)")
+        return f"{data.get('device', 'unknown device')} ({data.get('arch', '?')})", data.get("recorded") or data.get("date", "not recorded")  # a replay's: its recording's
     markdown = folder / "report.md"
     if markdown.is_file():
         first = markdown.read_text().splitlines()[0]
-        if m := re.match(r"^# \S+: tuned on (.+), (\S+)$", first):
+        if m := re.match(r"^# \S+: (?:tuned on|replayed from a recording of) (.+), (\S+)$", first):
             return m.group(1), m.group(2)
     return "not recorded beside the table", "not recorded"
 
