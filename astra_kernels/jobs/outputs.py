@@ -42,19 +42,14 @@ def held(folder: str | Path, what: str = "run") -> Iterator[Path]:
     and so is the folder, where holding it made it and the run wrote nothing there."""
     folder = Path(folder)
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # the folders holding it makes
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file of that name, a folder it may not write in
-        raise AstraError(f"cannot write to {folder}: {exc.strerror or exc}") from None
+    # a file of that name, or one above it: the OSError names the path, and the CLI says which part is the file
+    folder.mkdir(parents=True, exist_ok=True)
     if fcntl is None:
         yield folder
         return
     path = folder / LOCK
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise AstraError(f"cannot write to {folder}: {exc.strerror or exc}") from None
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
