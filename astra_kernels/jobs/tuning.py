@@ -163,6 +163,12 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
 
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
+    # A replay (ReplayWorker) says what it can answer: only that is compiled. Any other worker
+    # (a GPU, a cluster's pool) has no such method and every configuration is compiled.
+    answers = getattr(worker, "answers", None)
+
+    def _answerable(req) -> bool:
+        return not isinstance(req, Exclusion) and answers(req)
     # A whole space (hundreds of compiles a shape, enough to fill a cluster's CPUs by itself) is
     # compiled one shape at a time per kernel: with every shape compiling at once, every space was
     # ready only at the end and the GPUs idle till then (20 s on 2026-11-25's two-H100 run); one
@@ -180,6 +186,8 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
         with compiling_one if chosen_configs is None else contextlib.nullcontext():
             space = build_space(folder.template, env, base, limits, configs=chosen_configs,
+                                answerable=(lambda config, shape=shape: _answerable(request("template", shape, config)))
+                                if answers else None,
                                 max_spill_bytes=max_spill_bytes, compile_timeout_s=compile_timeout_s,
                                 progress=(lambda done, total, label=label: compiling(label, done, total))
                                 if compiling else None)

@@ -210,6 +210,11 @@ class ResultsStore:
             self._db.execute(f"INSERT OR REPLACE INTO results ({', '.join(_NAMES)}) "
                              f"VALUES ({', '.join('?' * len(_NAMES))})", [row[n] for n in _NAMES])
 
+    def has(self, key: str) -> bool:
+        """Whether a result is stored under `key` (without reading it)."""
+        with self._guard("read"):
+            return self._db.execute("SELECT 1 FROM results WHERE key = ?", (key,)).fetchone() is not None
+
     def get(self, key: str) -> EvaluationResult | None:
         with self._guard("read"):
             row = self._db.execute("SELECT result FROM results WHERE key = ?", (key,)).fetchone()

@@ -20,7 +20,8 @@ from .hardware import Limits, Occupancy, occupancy, prune_reason
 from astra_kernels.tools.toolchain.resources import ResourceUsage
 from astra_kernels.tools.templating.template import Exclusion, Template
 
-Stage = Literal["constraint", "compile", "hardware"]
+Stage = Literal["constraint", "replay", "compile", "hardware"]
+REPLAY_REASON = "not in the recording replayed, so not compiled (a replay answers only what it holds)"
 
 
 class Pruned(BaseModel):
@@ -61,11 +62,13 @@ class SpaceReport(BaseModel):
 def build_space(template: Template, env: Mapping[str, int], base: CompileOptions, limits: Limits, *,
                 configs: Iterable[dict[str, int]] | None = None, max_spill_bytes: int = 0,
                 workers: int | None = None, compile_timeout_s: float | None = None,
-                progress: Callable[[int, int], None] | None = None) -> SpaceReport:
+                progress: Callable[[int, int], None] | None = None,
+                answerable: Callable[[dict[str, int]], bool] | None = None) -> SpaceReport:
     """Shrink `configs` (default: the whole space) for one environment (shape, dtype, variant).
     `compile_timeout_s` prunes a configuration NVRTC has not finished by then (a template from a
     chat model may hold code that compiles for ever at some parameter values). `progress(done,
-    total)` follows the compile stage, the slow one (compile_many)."""
+    total)` follows the compile stage, the slow one (compile_many). `answerable(config)`, for a
+    replay, keeps only what the recording can answer: the rest is never compiled (stage "replay")."""
     configs = list(template.all_configs() if configs is None else configs)
     pruned: list[Pruned] = []
     instances = []
@@ -73,8 +76,11 @@ def build_space(template: Template, env: Mapping[str, int], base: CompileOptions
         instance = template.instantiate(config, env)
         if isinstance(instance, Exclusion):
             pruned.append(Pruned(config=config, stage="constraint", reason=instance.reason))
+        elif answerable is not None and not answerable(config):
+            pruned.append(Pruned(config=config, stage="replay", reason=REPLAY_REASON))
         else:
             instances.append(instance)
+    after_constraints = len(instances) + sum(p.stage == "replay" for p in pruned)
     options = [instance.compile_options(base) for instance in instances]
     outcomes = compile_many([(template.source, o) for o in options], workers=workers, timeout_s=compile_timeout_s,
                             progress=progress)
@@ -99,5 +105,5 @@ def build_space(template: Template, env: Mapping[str, int], base: CompileOptions
             shared_bytes=instance.shared_bytes, options=opts, resources=resources,
             occupancy=occupancy(resources, threads, instance.shared_bytes, limits),
         ))
-    return SpaceReport(total=len(configs), after_constraints=len(instances), after_compile=compiled,
+    return SpaceReport(total=len(configs), after_constraints=after_constraints, after_compile=compiled,
                        candidates=candidates, pruned=pruned)

@@ -13,6 +13,7 @@ from astra_kernels import cli
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs import tuning
 from astra_kernels.tools.errors import AstraError, WorkerError
+from astra_kernels.tools.search.space import REPLAY_REASON
 from astra_kernels.tools.measuring.replay import RecordedWorker, ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import Budget, StoredEvaluator
@@ -46,7 +47,10 @@ def test_replay_answers_recorded_candidates_and_refuses_the_rest(tmp_path):
         fastest = dict(db.execute("SELECT shape, min(median_us) FROM results WHERE which = 'template' "
                                   "AND status = 'ok' GROUP BY shape").fetchall())
     for old, new in zip(recorded.shapes, report.shapes):
-        assert {t.status for t in new.search.trials} == {"ok", "unrecorded"}
+        # only what the recording holds is compiled and searched: the rest is pruned unasked
+        assert {t.status for t in new.search.trials} == {"ok"}
+        assert dict(new.pruned_reasons)[REPLAY_REASON] == new.space_after_constraints - new.space_after_compile
+        assert len({json.dumps(t.config, sort_keys=True) for t in old.search.trials}) <= new.space_after_compile < 40
         # the fastest recorded at the shape (its search or the general phase), from recorded times only
         assert new.search.best_us == fastest[json.dumps(new.shape, sort_keys=True, separators=(",", ":"))]
         assert new.search.best_us <= old.search.best_us and new.baseline_us == old.baseline_us
