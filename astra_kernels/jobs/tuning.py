@@ -163,9 +163,9 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
 
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
-    # A replay (ReplayWorker) says what it can answer: only that is compiled. Any other worker
-    # (a GPU, a cluster's pool) has no such method and every configuration is compiled.
-    answers = getattr(worker, "answers", None)
+    # A replay (a ReplayWorker, a cluster's workers of one kind replaying) says what it can answer:
+    # only that is compiled. On GPUs every configuration is.
+    answers = getattr(worker, "answers", None) if worker.device.get("replay") else None
 
     def _answerable(req) -> bool:
         return not isinstance(req, Exclusion) and answers(req)

@@ -64,7 +64,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_its_evaluation_asked_again(clus
     done: dict = {}
     with WorkerPool(2, recordings=[replay.recording()], pace=10.0) as pool, \
             ResultsStore(tmp_path / "r.sqlite") as store:
-        view = pool.view("NVIDIA H200")
+        view = pool.view("NVIDIA H200", replay.recording())
         thread = threading.Thread(target=lambda: done.update(report=replay.tune(view, store, parallel=3)))
         thread.start()
         busy = _wait_for(lambda: [s for s in pool.status() if s["state"] == "busy"])
@@ -98,7 +98,7 @@ def test_one_shape_s_configurations_are_measured_side_by_side(cluster, one_worke
     back in the order one worker would have measured them."""
     report_one, _ = one_worker
     with WorkerPool(3, recordings=[replay.recording()], pace=2.0) as pool, ResultsStore(tmp_path / "r.sqlite") as store:
-        view = pool.view("NVIDIA H200")
+        view = pool.view("NVIDIA H200", replay.recording())
         report = tuning.tune(replay.FOLDER, view, StoredEvaluator(view, store), shapes=replay.SHAPES[:1], dtype="bf16",
                              **replay.OPTIONS)
         busy = [s["done"] for s in pool.status()]

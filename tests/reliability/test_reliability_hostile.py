@@ -177,8 +177,8 @@ def test_a_compile_cache_that_cannot_be_written_is_a_warning_not_a_traceback(a_f
 def test_tune_under_a_home_that_cannot_be_written_compiles_without_the_cache(a_file, tmp_path, monkeypatch, capsys):
     for name in ("ASTRA_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(a_file))  # its cache under a file; --sample 10 holds one configuration to compile
-    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096", "--sample", "10",
+    monkeypatch.setenv("HOME", str(a_file))  # its cache under a file; the replay compiles what its recording holds
+    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096", "--budget", "4",
                      "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
@@ -257,7 +257,9 @@ def test_a_replays_evaluation_counts_agree_between_the_table_and_its_rounds(repl
     report = json.loads((replayed_tune / "report.json").read_text())
     proposed = len(report["shapes"][0]["search"]["trials"])
     assert rounds and in_table == in_rounds, (in_table, rounds)
-    assert in_table < proposed, "the recording lacks some of what the search proposed: the test shows nothing"
+    # A replay proposes only what its recording holds (the rest is never compiled), so here every
+    # proposal was measured; a cluster's replay (RecordedWorker) still refuses some.
+    assert in_table == proposed
 
 
 def test_report_of_a_tune_folder_covers_the_runs_shapes_only(replayed_tune, tmp_path, capsys):

@@ -48,6 +48,26 @@ CHAT_FORMAT = "gemma"
 N_CTX = 4096  # tokens: room for the agent's prompts (~0.5-2k tokens) and an answer; also what bounds an
 # answer when the client sets no output cap (the model then writes until the context is full)
 START_TIMEOUT_S = 120.0
+# llama.cpp's server, with ggml's extra CPU buffer types off (the AMX and repacked-weight paths):
+# on a CPU with AMX (Sapphire Rapids and later) in this sandbox they crash the server with SIGSEGV
+# on its first completion (llama-cpp-python 0.3.36 built from source, 2026-11-27; the same model
+# loaded with use_extra_bufts off answers). llama-cpp-python's Llama exposes no switch for it, so
+# the default model parameters are changed before the server builds its model.
+SERVER = """
+import runpy, sys
+import llama_cpp
+
+defaults = llama_cpp.llama_model_default_params
+
+def without_extra_buffers():
+    params = defaults()
+    params.use_extra_bufts = False
+    return params
+
+llama_cpp.llama_cpp.llama_model_default_params = without_extra_buffers  # the module llama.py calls it from
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
 
 
 def model_cache() -> Path:
@@ -203,7 +223,7 @@ def serve_local_model(log_dir: Path, *, transcript: Path | None = None, n_ctx: i
     port = free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
     threads = str(len(os.sched_getaffinity(0)))
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", MODEL_ALIAS,
+    command = [sys.executable, "-c", SERVER, "--model", str(model), "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
                "--n_threads", threads, "--n_threads_batch", threads, "--chat_format", CHAT_FORMAT]
     started = time.perf_counter()

@@ -25,9 +25,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from astra_kernels.tools.errors import WorkerError
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
+from astra_kernels.tools.measuring.replay import unpacked_copy
+from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
 from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S, NothingToStart
 from .host import EvaluationHost
 from .runtime import ray_module
@@ -370,6 +373,22 @@ class KindView(NothingToStart):
         if recording:
             self.device["replay"] = recording
         self.restarts = 0
+        self._recording = recording
+        self._recorded: ResultsStore | None = None
+
+    def answers(self, request: EvaluationRequest) -> bool:
+        """For a replay: whether the recording holds `request`, read here on the driver, so a search
+        compiles only what the workers can answer (ReplayWorker.answers says why)."""
+        if not self._recording:
+            return True
+        if self._recorded is None:
+            self._recorded = ResultsStore(unpacked_copy(Path(self._recording)), read_only=True)
+        return self._recorded.has(evaluation_key(request, self.device["name"]))
+
+    def close(self) -> None:
+        if self._recorded is not None:
+            self._recorded.close()
+            self._recorded = None
 
     @property
     def parallelism(self) -> int:

@@ -187,6 +187,10 @@ class RecordedWorker(NothingToStart):
     def close(self) -> None:
         self._store.close()
 
+    def answers(self, request: EvaluationRequest) -> bool:
+        """Whether the recording holds `request` (ReplayWorker.answers says why a search asks)."""
+        return self._store.has(evaluation_key(request, self.device["name"]))
+
     def evaluate(self, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         found = self._store.get(evaluation_key(request, self.device["name"]))
         if found is None:

@@ -182,9 +182,12 @@ def test_a_recorded_worker_answers_everything_from_its_recording(tmp_path):
 
     _, answered = run("same.sqlite", 6)  # the recorded run again: every answer the recorded one
     assert answered == expected
-    report, _ = run("more.sqlite", 10)  # a longer search: what was never measured is refused
-    refused = [t for s in report.shapes for t in s.search.trials if t.status == "unrecorded"]
-    assert refused and all(str(tmp_path / "rec.sqlite.gz") in t.message for t in refused)
+    report, _ = run("more.sqlite", 10)  # a longer search proposes only what the recording holds
+    assert {t.status for s in report.shapes for t in s.search.trials} == {"ok"}
+    never = suite.request(FOLDER, "baseline", {"T": 3, "D": 4096}, "bf16")  # a shape never measured: refused
+    refused = worker.evaluate(never)
+    assert not worker.answers(never) and refused.status == "unrecorded"
+    assert str(tmp_path / "rec.sqlite.gz") in refused.message
     worker.close()
     again = RecordedWorker(tmp_path / "rec.sqlite.gz")  # the unpacked copy is one, shared, in the cache
     assert again.path == worker.path and again.path.is_file() and str(tmp_path) not in str(again.path)
