@@ -1,4 +1,5 @@
-"""Shared fixtures: a private compile cache per test session, and the GPU marker's skip."""
+"""Shared fixtures: a private compile cache per test session, a user kernel directory, and the GPU
+marker's skip."""
 
 from __future__ import annotations
 
@@ -12,6 +13,19 @@ def _private_compile_cache(tmp_path_factory):
     mp.setenv("ASTRA_CACHE_DIR", str(tmp_path_factory.mktemp("astra-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture
+def kernels_path(tmp_path, monkeypatch):
+    """An empty user directory on ASTRA_KERNELS_PATH; the loaded kernels forgotten before and after."""
+    from astra_kernels.kernels_sglang import suite
+
+    root = tmp_path / "mine"
+    root.mkdir()
+    monkeypatch.setenv(suite.KERNELS_PATH, str(root))
+    suite.load.cache_clear()
+    yield root
+    suite.load.cache_clear()
 
 
 def pytest_collection_modifyitems(config, items):

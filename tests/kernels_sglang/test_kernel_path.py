@@ -26,17 +26,6 @@ def _kernel_folder(root, name: str, spec_name: str | None = None):
     return folder
 
 
-@pytest.fixture
-def kernels_path(tmp_path, monkeypatch):
-    """An empty user directory on ASTRA_KERNELS_PATH; the loaded kernels forgotten before and after."""
-    root = tmp_path / "mine"
-    root.mkdir()
-    monkeypatch.setenv(suite.KERNELS_PATH, str(root))
-    suite.load.cache_clear()
-    yield root
-    suite.load.cache_clear()
-
-
 def test_a_folder_on_the_path_is_a_kernel_beside_the_suite(kernels_path):
     _kernel_folder(kernels_path, "my_norm")
     assert "my_norm" in suite.names() and "rmsnorm" in suite.names()

@@ -21,17 +21,6 @@ def _one_error_line(text: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def kernels_path(tmp_path, monkeypatch):
-    """An empty user directory on ASTRA_KERNELS_PATH; the loaded kernels forgotten before and after."""
-    root = tmp_path / "mine"
-    root.mkdir()
-    monkeypatch.setenv(suite.KERNELS_PATH, str(root))
-    suite.load.cache_clear()
-    yield root
-    suite.load.cache_clear()
-
-
 def _kernel_folder(root, name: str):
     folder = root / name
     folder.mkdir(parents=True)
