@@ -301,15 +301,7 @@ def test_a_signal_during_the_search_stops_within_a_second(command, signum, tmp_p
     try:
         children = run.wait_until_searching()
         send = (lambda: os.killpg(run.pid, signum)) if signum == signal.SIGINT else (lambda: os.kill(run.pid, signum))
-        sent = time.monotonic()
-        send()
-        try:
-            status = run.process.wait(STOP_WITHIN_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"astra {command} still running {STOP_WITHIN_S:.0f} s after the signal:\n{run.output()}")
-        took = time.monotonic() - sent
-        run._reader.join(GONE_WITHIN_S)
-        output = run.output()
+        status, took, output = _stops(run, send)
         assert status == 128 + signum, output
         assert took < STOP_SEARCH_WITHIN_S, f"took {took:.1f} s:\n{output}"
         assert "Traceback" not in output, output
