@@ -176,6 +176,13 @@ def _leave_now(code: int, grace_s: float = 3.0) -> None:
         compiler = sys.modules.get("astra_kernels.tools.toolchain.compiler")
         if compiler is not None:
             compiler.stop_compiles()
+    # multiprocessing's own exit-time finalizers (priority 0 and up: a killed compile pool's queue
+    # semaphores unlinked and unregistered), which os._exit would skip: without them its resource
+    # tracker, a process of its own, printed "leaked semaphore objects" after the stop message.
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        with contextlib.suppress(Exception):
+            util._run_finalizers(0)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
