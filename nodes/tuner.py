@@ -18,11 +18,11 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement, next_candidate_id
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.jobs import tuning
+from astra_kernels.jobs import checking, tuning
 from astra_kernels.tools.search.runner import Budget
 
 from astra_kernels.nodes.shared.attempts import failed, template_key
-from astra_kernels.nodes.shared.measure import odd_shapes, parallelism, parse_candidate, stored_evaluator
+from astra_kernels.nodes.shared.measure import parallelism, parse_candidate, stored_evaluator
 from astra_kernels.nodes.shared.progress import say
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 
@@ -93,14 +93,30 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         line = say("tuner", f"candidate {candidate.id} is unmeasured: {candidate.message}")
         return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
                 "tuned": tuned, "events": [line], "search_seconds": searched_s}
-    candidate = candidate.model_copy(update={"verdict": "passed"})
-    if source != suite.load(state["kernel"]).template.source:  # the model's template: its odd shapes too
-        candidate = odd_shapes(context, state, candidate)
-        if candidate.verdict != "passed":
-            return {**failed(state, candidate, "tuner"), "tuned": tuned, "search_seconds": searched_s}
+    candidate = checked_away(report, candidate.model_copy(update={"verdict": "passed"}),
+                             model_template=source != suite.load(state["kernel"]).template.source)
+    if candidate.verdict != "passed":
+        return {**failed(state, candidate, "tuner"), "tuned": tuned, "search_seconds": searched_s}
     line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; geometric mean {candidate.geomean_us():.2f} us")
     return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line], "search_seconds": searched_s,
             "tuning": {"source_key": template_key(source), "space": candidate.message, "configs": configs}}
+
+
+def checked_away(report, candidate: Candidate, *, model_template: bool) -> Candidate:
+    """The candidate after the tune's checks of its table's configurations away from the tuned
+    shapes (tuning.check_table_configs: the odd shapes, every dtype and variant): one failed makes
+    it incorrect; for a model's template `odd_shapes` says how they went ("passed", or
+    "unmeasured" where a replay lacks them), as the tester's odd_shapes says for a direct rewrite."""
+    if failures := report.config_check_failures:
+        first = checking.describe(failures[0])
+        return candidate.model_copy(update={
+            "verdict": "incorrect", "odd_shapes": f"failed {first[:300]}",
+            "message": f"(away from the tuned shapes, not timed) {len(failures)} check(s) of its configurations "
+                       f"failed; the first: {first}"})
+    if not model_template or not report.config_checks:
+        return candidate
+    unanswered = any(r.status in ("unrecorded", "lost") for r in report.config_checks)
+    return candidate.model_copy(update={"odd_shapes": "unmeasured" if unanswered else "passed"})
 
 
 def sample_errors(shaped, samples: int = 4) -> str:

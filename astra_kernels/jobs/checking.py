@@ -1,7 +1,16 @@
-"""`astra check`: the baseline and a sample of template configurations, compiled and tested.
+"""`astra check`: the baseline and a sample of template configurations, compiled and tested;
+with a dispatch table, every configuration the table can run (table_plan).
 
 Requests are built first and compiled in parallel across the CPU cores (filling the compile
 cache), so the evaluation worker, which runs one request at a time, finds every binary ready.
+
+Why a table's configurations are checked apart from its tuned shapes: a table runs each entry's
+configuration at every shape nearest that entry (DispatchTable.pick), and the tuner checked it only
+at the shape it was tuned at, in the table's dtype and variant. A configuration correct there may
+be wrong where no tuning looked (a width that is not a multiple of its vector, a single token), or
+in a dtype or variant the kernel also serves; an optimiser that special-cases the timed shapes
+looks exactly like that (docs/reliability.md, issue 39). The kernel's `odd` shape set is where
+such shapes are named.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.runtime.dispatch import DispatchTable
 
 
 class CheckRow(BaseModel):
@@ -68,6 +78,69 @@ def plan(folder: suite.KernelFolder, *, shapes: Iterable[dict] | None = None,
                     else:
                         rows.append((CheckRow(**base, which=which, config=config, status="pending"), req))
     return rows
+
+
+def table_configs(table: DispatchTable) -> list[tuple[str, dict[str, int]]]:
+    """Every (source, configuration) the table can launch away from its tuned shapes: its entries'
+    and its general one, each once, in table order. The baseline is left out: it is the
+    production kernel, checked with every sample of `astra check`."""
+    found: list[tuple[str, dict[str, int]]] = []
+    pairs = [(e.source, e.config) for e in table.entries if e.source != "baseline"]
+    for pair in pairs + ([("template", table.general)] if table.general else []):
+        if pair not in found:
+            found.append(pair)
+    return found
+
+
+def check_shapes(folder: suite.KernelFolder, shapes: Iterable[dict] | None = None) -> list[dict[str, int]]:
+    """Where a table's configurations are checked: `shapes` when given, else the kernel's `odd` set
+    (the shapes no tuning times and a server still meets), else every shape of its sets."""
+    return list(shapes or folder.spec.shapes.get("odd") or folder.spec.all_shapes())
+
+
+def table_plan(folder: suite.KernelFolder, table: DispatchTable, *, shapes: Iterable[dict] | None = None,
+               dtypes: Iterable[str] | None = None, variants: Iterable[str] | None = None,
+               sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> list[tuple[CheckRow, EvaluationRequest | None]]:
+    """Rows to fill in: every configuration the table can run (table_configs) at every shape of
+    check_shapes, and what pick() runs there when it is none of those (the runnable configuration
+    closest to a tuned one, where a table's configurations have the shape compiled in), in every
+    dtype and variant of the kernel unless narrowed. A configuration its source's constraints
+    refuse at a shape is "excluded" there: pick() passes it over."""
+    spec = folder.spec
+    rows = []
+    for shape in check_shapes(folder, shapes):
+        runs = table_configs(table)
+        try:
+            picked = table.pick(shape, sms, arch)
+        except suite.AstraError:  # nothing runs there; the rows below say why for each
+            picked = None
+        if picked is not None and picked.source != "baseline" and (picked.source, picked.config) not in runs:
+            runs = [*runs, (picked.source, picked.config)]
+        for dtype in dtypes or spec.dtypes:
+            for variant in variants or spec.variants:
+                base = dict(kernel=spec.name, shape=spec.label(shape), dtype=dtype, variant=variant)
+                for source, config in runs:
+                    req = suite.request(folder, source, shape, dtype, variant, config, sms=sms, arch=arch,
+                                        source=table.source_of(source))
+                    if isinstance(req, Exclusion):
+                        rows.append((CheckRow(**base, which=source, config=config, status="excluded",
+                                              message=req.reason), None))
+                    else:
+                        rows.append((CheckRow(**base, which=source, config=config, status="pending"), req))
+    return rows
+
+
+def failures(rows: Iterable[CheckRow]) -> list[CheckRow]:
+    """The rows whose configuration failed its checks: not ok, not excluded by its own constraints,
+    and not left unanswered (a replay without the row, a lost worker: no verdict)."""
+    return [r for r in rows if r.status not in ("ok", "excluded", "unrecorded", "lost", "pending")]
+
+
+def describe(row: CheckRow) -> str:
+    """One failed row as a line: where, which configuration, and the first line of why."""
+    config = " ".join(f"{k}={v}" for k, v in row.config.items()) or "(no parameters)"
+    first = row.message.splitlines()[0][:200] if row.message else ""
+    return f"{row.which} {config} at {row.shape} ({row.dtype}, {row.variant}): {row.status}: {first}"
 
 
 def precompile(rows: list[tuple[CheckRow, EvaluationRequest | None]], arch: str) -> None:

@@ -27,6 +27,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from . import charts as plots
+from . import checking
+from .checking import CheckRow
 from .generated_files import fill, md_code, md_text
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.concurrency import map_in_threads
@@ -102,6 +104,13 @@ class TuneReport(BaseModel):
     general_cut: str | None = None  # why not every winner was measured at every shape
     dispatch: DispatchTable | None = None
     verified: list[VerifiedShape] = Field(default_factory=list)
+    # every configuration the table can run, checked (not timed) away from its tuned shapes: at the
+    # kernel's odd shapes in each of its dtypes and variants (check_table_configs)
+    config_checks: list[CheckRow] = Field(default_factory=list)
+
+    @property
+    def config_check_failures(self) -> list[CheckRow]:
+        return checking.failures(self.config_checks)
 
     @property
     def verification_failures(self) -> list[VerifiedShape]:
@@ -238,8 +247,43 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         progress(report.general_cut, None)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
                                     entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes])
+    check_table_configs(report, folder, worker, evaluator, progress, parallel)
     verify_dispatch(report, folder, worker, evaluator, verify or [], progress, parallel)
     return report
+
+
+def check_table_configs(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,
+                        progress: Callable[[str, Trial | None], None] | None = None,
+                        parallel: int = 1) -> list[CheckRow]:
+    """Every configuration the report's table can run away from its tuned shapes, checked (not
+    timed) at the kernel's odd shapes in every dtype and variant it runs in (checking.table_plan):
+    the search checked each only where it was timed, and pick() runs it at every shape nearest
+    its entry. A failure fails the tune, as a failed verification does. A replay checks only what
+    its recording holds (the rest is "unrecorded", compiled nowhere)."""
+    arch, sms = worker.device["arch"], worker.device.get("multiprocessors") or suite.DEFAULT_SMS
+    rows = checking.table_plan(folder, report.dispatch, sms=sms, arch=arch)
+    answers = getattr(worker, "answers", None) if worker.device.get("replay") else None
+    for row, req in rows:
+        if req is not None:
+            req.check, req.time, req.stream_timing = True, False, False
+            if answers is not None and not answers(req):
+                row.status, row.message = "unrecorded", "the recording has no check of this configuration here"
+    todo = [(row, req) for row, req in rows if req is not None and row.status == "pending"]
+    if progress and todo:
+        progress(f"checking {len(checking.table_configs(report.dispatch))} configurations of the table at "
+                 f"{len(checking.check_shapes(folder))} shapes in every dtype and variant", None)
+    checking.precompile(todo, arch)
+    shapes = {folder.spec.label(s): s for s in checking.check_shapes(folder)}
+
+    def check(item) -> None:
+        row, req = item
+        result, _ = evaluator(req, kernel=row.kernel, which="check", config=row.config, shape=shapes[row.shape],
+                              dtype=row.dtype, variant=row.variant)
+        row.status, row.message = result.status, result.message[:600]
+
+    map_in_threads(check, todo, parallel)
+    report.config_checks = [row for row, _ in rows]
+    return report.config_checks
 
 
 def start_configs(table: DispatchTable | None, folder: suite.KernelFolder, shape: dict[str, int], *,
@@ -601,4 +645,20 @@ def render_markdown(report: TuneReport) -> str:
         for v in report.verified:
             lines.append(f"| {v.label} | {v.picked_by} | `{v.config}` | {v.status} | {_fmt(v.baseline_us)} | "
                          f"{_fmt(v.median_us)} | {_fmt(v.speedup, 3)} |")
+    if report.config_checks:
+        counts: dict[str, int] = {}
+        for row in report.config_checks:
+            counts[row.status] = counts.get(row.status, 0) + 1
+        failures = report.config_check_failures
+        lines += ["", "## The table's configurations away from the tuned shapes", "",
+                  f"Each configuration the table can run ({len({(r.which, tuple(r.config.items())) for r in report.config_checks})}) "
+                  f"checked, not timed, at {len({r.shape for r in report.config_checks})} shapes in "
+                  f"{len({(r.dtype, r.variant) for r in report.config_checks})} dtype and variant pairs: "
+                  + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) + "."]
+        if failures:
+            lines += ["", "These failed: the template's constraints admit them where they compute wrong (add a "
+                      "`//@ require` line that excludes them there, or fix the kernel), so this table must not ship:", ""]
+            lines += [f"- {md_text(checking.describe(r))}" for r in failures[:20]]
+            if len(failures) > 20:
+                lines.append(f"- and {len(failures) - 20} more (report.json's config_checks)")
     return "\n".join(lines) + "\n"

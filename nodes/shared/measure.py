@@ -98,7 +98,8 @@ def parse_candidate(kernel: str, source: str) -> Template:
     return parse_template(source, "candidate.cu", suite.template_symbols(suite.load(kernel).spec))
 
 
-def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate):
+def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate,
+             variant: str = "default"):
     """(the template, and per shape: its label, configuration, and request or Exclusion)."""
     folder = suite.load(kernel)
     worker = stored_evaluator(context, kernel).worker
@@ -112,7 +113,7 @@ def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
     for shape in shapes:
         label = folder.spec.label(shape)
         config = candidate.configs.get(label) or template.default
-        req = suite.request(folder, which, shape, dtype, "default", config if which == "template" else None,
+        req = suite.request(folder, which, shape, dtype, variant, config if which == "template" else None,
                             sms=sms, arch=arch, source=template)
         if not isinstance(req, Exclusion):
             req.l2 = context.l2
@@ -122,16 +123,22 @@ def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
 
 def precompile(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidates: list[Candidate]) -> None:
     """Compile every candidate at every shape in parallel before any is evaluated, so the GPU then
-    takes them one after another from the compile cache. Only for a worker that compiles (a
-    replay answers from its recording, a scripted GPU from its script); failures are left for
-    the evaluation to report, with its own message."""
+    takes them one after another from the compile cache (compile_side_by_side)."""
+    compile_side_by_side(context, kernel, [(dtype, "default", shapes, c) for c in candidates])
+
+
+def compile_side_by_side(context, kernel: str,
+                         plans: list[tuple[str, str, list[dict[str, int]], Candidate]]) -> None:
+    """Compile each plan's candidate at its shapes in its dtype and variant, all in parallel. Only
+    for a worker that compiles (a replay answers from its recording, a scripted GPU from its
+    script); failures are left for the evaluation to report, with its own message."""
     worker = stored_evaluator(context, kernel).worker
     if not isinstance(worker, (EvaluationWorker, KindView)) or replayed(worker):
         return
     pairs = []
-    for candidate in candidates:
+    for dtype, variant, shapes, candidate in plans:
         try:
-            _, planned = requests(context, kernel, dtype, shapes, candidate)
+            _, planned = requests(context, kernel, dtype, shapes, candidate, variant)
         except TemplateError:
             continue
         pairs += [(req.source, req.options) for *_, req in planned if not isinstance(req, Exclusion)]
@@ -140,16 +147,17 @@ def precompile(context, kernel: str, dtype: str, shapes: list[dict[str, int]], c
 
 
 def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate, *,
-             time: bool = True) -> Candidate:
+             time: bool = True, variant: str = "default") -> Candidate:
     """The candidate checked and timed at every shape in one evaluation each (its `configs`, else
     its template's default): the outputs of the timed launches are checked too, as the tuner's
     are, so a kernel that is only correct when checked cannot win. `time=False` checks only
     (the kernel's odd shapes). A shape the replayed recording lacks is "unrecorded", and a
     candidate with one is "unmeasured": not wrong, so never sent back to be fixed. A shape its
-    `//@ require` lines exclude is "excluded": served by another kernel of the front."""
+    `//@ require` lines exclude is "excluded": served by another kernel of the front. The agent
+    runs the kernel's default variant; odd_shapes checks the others (`variant`)."""
     run = stored_evaluator(context, kernel)
     try:
-        _, planned = requests(context, kernel, dtype, shapes, candidate)
+        _, planned = requests(context, kernel, dtype, shapes, candidate, variant)
     except TemplateError as exc:
         return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
     def measure(item):
@@ -158,7 +166,7 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
             return None
         req.check, req.time, req.stream_timing = True, time, False
         return run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
-                   variant="default")[0]
+                   variant=variant)[0]
 
     results = map_in_threads(measure, planned, parallelism(context, kernel))  # the shapes at once on a cluster
     measurements, first, seconds, bandwidth = [], None, 0.0, None
@@ -221,26 +229,51 @@ def launch_floor_us(context, kernel: str) -> float | None:
 
 
 def odd_shapes(context, state: AgentState, candidate: Candidate) -> Candidate:
-    """The candidate checked (not timed) at the kernel's `odd` shapes (widths that are not a
-    multiple of a vector, a single token), which the run does not time but a kernel dropped into
-    SGLang meets, with `odd_shapes` set: "passed" (naming the shapes its own constraints exclude),
-    "excluded", "unmeasured" (a replay without them), or the failure, which makes it incorrect."""
+    """The candidate checked (not timed) where the run does not time it but a kernel dropped into
+    SGLang runs: at the kernel's `odd` shapes (widths that are not a multiple of a vector, a single
+    token), and in every other dtype and variant of the kernel (at the odd shapes, else the run's),
+    since the candidate replaces the kernel in all of them. Each configuration the candidate runs
+    at some shape is checked (a direct rewrite has one, its default). Returns it with `odd_shapes`
+    set: "passed" (naming the shapes its own constraints exclude), "excluded", "unmeasured" (a
+    replay without them), or the failure, which makes it incorrect."""
     spec = suite.load(state["kernel"]).spec
     run_labels = {spec.label(s) for s in state["shapes"]}
     odd = [s for s in spec.shapes.get("odd", []) if spec.label(s) not in run_labels]
-    if not odd:
+    configs = list({tuple(sorted(c.items())): c for c in candidate.configs.values()}.values()) or [{}]
+    checks = [(state["dtype"], "default", odd)] + [
+        (dtype, variant, odd or state["shapes"]) for dtype in spec.dtypes for variant in spec.variants
+        if (dtype, variant) != (state["dtype"], "default")]
+    checks = [(dtype, variant, shapes) for dtype, variant, shapes in checks if shapes]
+    if not checks:
         return candidate
-    checked = evaluate(context, state["kernel"], state["dtype"], odd, candidate.model_copy(update={"configs": {}}),
-                       time=False)  # a template at its default configuration
-    update = {"gpu_seconds": checked.gpu_seconds}
-    excluded = [m.label for m in checked.measurements if m.status == "excluded"]
-    if checked.verdict == "passed":
-        update["odd_shapes"] = "passed" + (f" where it runs; it excludes {', '.join(excluded)}" if excluded else "")
-    elif checked.verdict == "invalid" and len(excluded) == len(odd):
-        update["odd_shapes"] = f"excluded: it runs at none of {', '.join(excluded)}"
-    elif checked.verdict == "unmeasured":
+
+    def at(config, shapes) -> Candidate:  # {}: the template at its default configuration
+        return candidate.model_copy(update={"configs": {spec.label(s): config for s in shapes} if config else {}})
+
+    compile_side_by_side(context, state["kernel"], [  # dozens of binaries: compiled at once first
+        (dtype, variant, shapes, at(c, shapes)) for dtype, variant, shapes in checks for c in configs])
+    update = {"gpu_seconds": candidate.gpu_seconds}
+    excluded, unmeasured = set(), False
+    for dtype, variant, shapes in checks:
+        for config in configs:
+            checked = evaluate(context, state["kernel"], dtype, shapes, at(config, shapes), time=False, variant=variant)
+            update["gpu_seconds"] += checked.gpu_seconds - candidate.gpu_seconds
+            if checked.verdict in ("passed", "unmeasured") or (checked.verdict == "invalid" and checked.measurements
+                                                                and all(m.status == "excluded" for m in checked.measurements)):
+                unmeasured = unmeasured or checked.verdict == "unmeasured"
+                excluded |= {m.label for m in checked.measurements if m.status == "excluded" and dtype == state["dtype"]
+                             and variant == "default"}
+                continue
+            where = "" if (dtype, variant) == (state["dtype"], "default") else f" in {dtype} ({variant})"
+            update.update(verdict=checked.verdict, odd_shapes=f"failed{where} {checked.message[:300]}",
+                          message=f"(an odd shape, not timed) {checked.message}" if not where else
+                          f"(not timed, in {dtype}, variant {variant}, which the kernel also serves) {checked.message}")
+            return candidate.model_copy(update=update)
+    odd_labels = {spec.label(s) for s in odd}
+    if unmeasured:
         update["odd_shapes"] = "unmeasured"
+    elif odd_labels and excluded >= odd_labels:
+        update["odd_shapes"] = f"excluded: it runs at none of {', '.join(sorted(excluded))}"
     else:
-        update.update(verdict=checked.verdict, odd_shapes=f"failed {checked.message[:300]}",
-                      message=f"(an odd shape, not timed) {checked.message}")
+        update["odd_shapes"] = "passed" + (f" where it runs; it excludes {', '.join(sorted(excluded))}" if excluded else "")
     return candidate.model_copy(update=update)

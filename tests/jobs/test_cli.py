@@ -58,6 +58,24 @@ def test_check_without_gpu_compiles_and_says_so(capsys):
 
 
 @pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
+def test_check_of_a_table_compiles_every_configuration_it_runs_and_refuses_what_is_no_table(tmp_path, capsys):
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    table = str(tuned_tables.table_path("silu_and_mul", "h200"))
+    assert cli.main(["check", "silu_and_mul", "--table", table, "--shapes", "3x1002", "--dtype", "fp16"]) == 0
+    out = capsys.readouterr().out
+    assert "no GPU here" in out and "0 failed" in out
+    (tmp_path / "bad.json").write_text("{}")
+    for argv, words in [(["silu_and_mul", "--table", str(tmp_path / "none.json")], "no dispatch table at"),
+                        (["silu_and_mul", "--table", str(tmp_path / "bad.json")], "not a dispatch table"),
+                        (["rmsnorm", "--table", table], "is a table of silu_and_mul, not of rmsnorm"),
+                        (["rmsnorm", "--table", "shipped"], "takes the tables of the GPU it runs on")]:
+        assert cli.main(["check", *argv]) == 2
+        out = capsys.readouterr().out
+        assert words in out and "Traceback" not in out and len(out.strip().splitlines()) == 1, out
+
+
+@pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
 def test_doctor_says_there_is_no_gpu(capsys):
     assert cli.main(["doctor", "--json"]) == 0
     assert "none" in json.loads(capsys.readouterr().out)["gpu"]

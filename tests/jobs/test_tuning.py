@@ -12,7 +12,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.defaults import TIMING_NOISE
-from astra_kernels.jobs import tuning
+from astra_kernels.jobs import checking, tuning
 from astra_kernels.tools.toolchain.driver import gpu_available
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
@@ -369,3 +369,89 @@ def test_under_an_evaluation_budget_each_shape_measures_its_nearest_winners_and_
     # the general candidate must run everywhere: the most central that does
     plan = tuning.cross_plan(winners, shapes, ["T", "D"], 2, runs_at=lambda config, shape: config["VEC"] != 3)
     assert "16x4096's winner" in plan.bound or "256x4096's winner" in plan.bound
+
+
+ODD = {"1x4097", "3x1002", "7x1000", "5x12"}  # silu_and_mul's odd set
+
+
+class Recording(ScriptedWorker):
+    """Keeps every request it is sent."""
+
+    def __init__(self):
+        super().__init__()
+        self.requests = []
+
+    def evaluate(self, request):
+        self.requests.append(request)
+        return super().evaluate(request)
+
+
+def test_every_configuration_the_table_runs_is_checked_at_the_odd_shapes_in_every_dtype_and_variant(tmp_path):
+    worker = Recording()
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, worker, strategy="exhaustive")
+    configs = checking.table_configs(report.dispatch)
+    entries = [("template", e.config) for e in report.dispatch.entries if e.source == "template"]
+    assert {tuple(c.items()) for _, c in configs} == {tuple(c.items()) for _, c in entries + [("", report.general)]}
+    assert len(configs) == len({tuple(c.items()) for _, c in configs})  # each once
+    rows = report.config_checks
+    assert {r.shape for r in rows} == ODD
+    assert {(r.dtype, r.variant) for r in rows} == {(d, v) for d in FOLDER.spec.dtypes for v in FOLDER.spec.variants}
+    for odd in ODD:  # at each: every configuration of the table, and what pick() runs there, in all 9 pairs
+        here = [r for r in rows if r.shape == odd]
+        picked = report.dispatch.pick(dict(zip(("T", "D"), map(int, odd.split("x")))))
+        runs = {(s, tuple(c.items())) for s, c in configs} | {(picked.source, tuple(picked.config.items()))}
+        assert {(r.which, tuple(r.config.items())) for r in here} == runs and len(here) == len(runs) * 9
+    assert any(r.status == "ok" and r.config["VEC"] <= 2 for r in rows if r.shape == "3x1002")  # the pick there
+    # a configuration its constraints refuse somewhere is "excluded" there (pick() passes it over):
+    # 16-byte loads of 8 fp32 values are refused
+    assert all(r.status == "excluded" for r in rows if r.dtype == "fp32" and r.config["VEC"] == 8)
+    ran = [r for r in rows if r.status != "excluded"]
+    assert ran and all(r.status == "ok" for r in ran) and not report.config_check_failures
+    checks = [q for q in worker.requests if any(f" {label} " in q.problem.label for label in ODD)]
+    assert len(checks) == len(ran) and all(q.check and not q.time for q in checks)  # checked, not timed
+    assert "## The table's configurations away from the tuned shapes" in tuning.render_markdown(report)
+
+
+class WrongInFp16GeluAtOddWidths(ScriptedWorker):
+    """Correct wherever the search times it (bf16), wrong in another dtype and variant at odd widths:
+    what a template that special-cases what it was tuned on looks like."""
+
+    def evaluate(self, request):
+        words = request.problem.label.split()  # kernel, shape, dtype, and a variant other than the default
+        if words[2:] == ["fp16", "gelu"] and words[1] in ("3x1002", "7x1000"):
+            return EvaluationResult(status="incorrect", message="out: 12 of 1000 elements differ")
+        return super().evaluate(request)
+
+
+def test_a_configuration_wrong_away_from_the_tuned_shapes_fails_the_tune_and_keeps_the_earlier_result(tmp_path):
+    import argparse
+
+    from astra_kernels.cli.commands import tune as tune_command
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "dispatch.json").write_text("the earlier result\n")
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, WrongInFp16GeluAtOddWidths(), strategy="exhaustive")
+    failures = report.config_check_failures
+    assert failures and {(r.dtype, r.variant) for r in failures} == {("fp16", "gelu")}
+    assert {r.shape for r in failures} <= {"3x1002", "7x1000"}
+    markdown = tuning.render_markdown(report)
+    assert "this table must not ship" in markdown and "fp16, gelu" in markdown
+    args = argparse.Namespace(json=False)
+    assert tune_command.finish(args, FOLDER, report, out, tmp_path / "r.sqlite") == 1
+    assert (out / "dispatch.json").read_text() == "the earlier result\n"
+
+
+def test_a_replay_checks_only_what_its_recording_holds(tmp_path):
+    class Replay(ScriptedWorker):
+        device = {**ScriptedWorker.device, "replay": "recording.sqlite"}
+
+        def answers(self, request):
+            return not any(f" {odd} " in request.problem.label for odd in ODD)
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, Replay(), strategy="exhaustive")
+    assert {r.status for r in report.config_checks} == {"unrecorded", "excluded"}
+    assert not report.config_check_failures

@@ -21,6 +21,10 @@ def add_parser(sub) -> None:
     check.add_argument("--variant", help="comma-separated variants (default: all)")
     check.add_argument("--samples", type=count, default=4, help="template configurations per shape (default 4)")
     check.add_argument("--time", action="store_true", help="also time each correct configuration")
+    check.add_argument("--table", metavar="TABLE",
+                       help="check every configuration a dispatch table can run instead of a sample: a dispatch.json, "
+                            "an `astra tune` --out folder, or `shipped` (the tables shipped for this GPU's kind, "
+                            "each L2 regime); by default at the kernel's odd shapes, in all of its dtypes and variants")
     check.add_argument("--arch", help=f"compile target when there is no GPU (default {DEFAULT_ARCH})")
     check.add_argument("--gpu", type=count, default=0)
     check.add_argument("--json", action="store_true")
@@ -39,12 +43,23 @@ def run(args) -> int:
     shapes = shapes_from(folder, args)
     dtypes = args.dtype.split(",") if args.dtype else None
     variants = args.variant.split(",") if args.variant else None
+    tables = _tables(args, folder)  # read before any GPU work: a wrong file is one line
+    if args.table == "shipped" and not gpu_available():
+        console.print("[yellow]no GPU here:[/yellow] `--table shipped` takes the tables of the GPU it runs on; "
+                      "give a dispatch.json to compile a table's configurations here")
+        return 2
+
+    def planned(device: str = "", sms: int = suite.DEFAULT_SMS, arch: str | None = None):
+        if tables is None:
+            return checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples,
+                                 sms=sms, arch=arch)
+        return [row for table in tables(device) for row in checking.table_plan(
+            folder, table, shapes=shapes, dtypes=dtypes, variants=variants, sms=sms, arch=arch)]
     todo = new_kernel.unfinished(folder.path)  # a folder from `astra new` still to fill in: said, then compiled
     for line in todo:
         console.print(f"[yellow]{new_kernel.TODO}[/yellow] {escape(line)}", highlight=False)
     if todo or not gpu_available():
-        rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants,
-                             samples=args.samples, arch=args.arch or DEFAULT_ARCH)
+        rows = planned(arch=args.arch or DEFAULT_ARCH)
         unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
         # the worker's compile deadline: a compile that never ends stops, named, as on a GPU
         with progress_bar(f"compiling {folder.name} for {args.arch or DEFAULT_ARCH}") as update:
@@ -64,7 +79,8 @@ def run(args) -> int:
             console.print(o.error, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
         return 1 if failed else 0
     with EvaluationWorker(device_index=args.gpu) as worker:
-        rows = checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples)
+        rows = planned(worker.device["name"], worker.device.get("multiprocessors") or suite.DEFAULT_SMS,
+                       worker.device["arch"])
         with progress_bar(f"checking {folder.name} on {worker.device['name']}") as update:
             update(total=len(rows))
             results = checking.run(rows, worker, time=args.time, progress=lambda _: update(advance=1))
@@ -77,7 +93,7 @@ def run(args) -> int:
         for column in ("shape", "dtype", "variant", "which", "status", "us", "of copy bw", "note"):
             table.add_column(column)
         for r in results:
-            which = "baseline" if r.which == "baseline" else "template " + " ".join(f"{k}={v}" for k, v in r.config.items())
+            which = r.which if not r.config else r.which + " " + " ".join(f"{k}={v}" for k, v in r.config.items())
             colour = "green" if r.status == "ok" else ("dim" if r.status == "excluded" else "red")
             table.add_row(r.shape, r.dtype, r.variant, which, f"[{colour}]{r.status}",
                           f"{r.median_us:.2f}" if r.median_us else "",
@@ -85,3 +101,33 @@ def run(args) -> int:
                           escape(r.message[:80]))
         print_table(table)
     return 1 if failed else 0
+
+
+def _tables(args, folder):
+    """None without --table; else a function of the GPU's name giving the tables to check: the
+    file's (read now, so a wrong path is a one-line error before any work), or those shipped for
+    that GPU's kind."""
+    from astra_kernels.jobs.benchmark import load_table, shipped_table
+    from astra_kernels.kernels_sglang.tuned_tables import REGIMES
+    from astra_kernels.tools.errors import AstraError, UsageError
+
+    if not args.table:
+        return None
+    if args.table == "shipped":
+        def shipped(device: str):
+            found = [t for r in REGIMES if (t := shipped_table(folder.name, device, r)) is not None]
+            if not found:
+                raise UsageError(f"no {folder.name} table is shipped for {device}")
+            return found
+        return shipped
+    try:
+        table = load_table(args.table)
+    except AstraError as exc:
+        raise UsageError(f"--table: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--table {args.table}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # pydantic's: not a dispatch table
+        raise UsageError(f"--table {args.table}: not a dispatch table ({str(exc).splitlines()[0]})") from None
+    if table.kernel != folder.name:
+        raise UsageError(f"--table {args.table} is a table of {table.kernel}, not of {folder.name}")
+    return lambda _device: [table]

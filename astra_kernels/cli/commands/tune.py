@@ -280,10 +280,10 @@ def finish(args, folder, report, out: Path, store_path: Path) -> int:
     reader sees half of them; a failed run (nothing measured, or a table that failed its checks)
     moves them only where `out` holds no earlier result, which it must never replace: that folder
     is left byte for byte as it was, and the failed run's report is the one printed."""
-    from astra_kernels.jobs import outputs, tuning
+    from astra_kernels.jobs import checking, outputs, tuning
 
     failed = (bool(report.unmeasured) and len(report.unmeasured) == len(report.shapes)) or bool(
-        report.verification_failures)
+        report.verification_failures) or bool(report.config_check_failures)
     with outputs.staged(out) as stage:
         staged = tuning.write_outputs(folder, report, stage)
         kept = failed and outputs.holds_any(out, [p.name for p in staged])
@@ -312,6 +312,11 @@ def finish(args, folder, report, out: Path, store_path: Path) -> int:
     if failures := report.verification_failures:
         say.print(f"[red]the dispatch table failed at {len(failures)} shape(s):[/red] "
                       + "; ".join(f"{v.label}: {v.status} {v.message[:120]}" for v in failures))
+        return 1
+    if failures := report.config_check_failures:
+        say.print(f"[red]{len(failures)} check(s) of the table's configurations away from the tuned shapes "
+                  f"failed[/red] (the report's last section): " + "; ".join(
+                      escape(checking.describe(r)[:160]) for r in failures[:3]), highlight=False)
         return 1
     return 0
 
