@@ -148,9 +148,23 @@ def _check_and_time(result: PeerResult, problem, forward, case, first: dict, sca
     calls = RotatingCalls(forward, [{name: t.clone() for name, t in first.items()} for _ in range(count)],
                           scalars, variant)
     try:
-        result.timing = time_torch_graph(calls, launches=max(count, 20), input_sets=count, replays=replays)
+        result.timing = time_torch_graph(calls, launches=max(count, 20), input_sets=count, replays=replays,
+                                         before_replay=_l2_eviction() if l2 == "cold" else None)
     finally:
         calls.release()
+
+
+def _l2_eviction(device: str = "cuda", l2_bytes: int | None = None):
+    """What a cold replay of ours is preceded by (DeviceChecks.evict_l2_async: a read of twice L2's
+    size), for a peer's replays: each then starts with L2 holding only clean lines, as ours does,
+    rather than the last replay's dirty outputs. Without it a peer was timed in other conditions
+    than ours (its replays began with the writes of the replay before still to go back to memory)."""
+    import torch
+
+    l2_bytes = l2_bytes or torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    scratch = torch.zeros(2 * l2_bytes // 4, dtype=torch.float32, device=device)
+    sink = torch.empty((), dtype=torch.float32, device=device)
+    return lambda: torch.sum(scratch, dim=0, out=sink)
 
 
 class RotatingCalls:

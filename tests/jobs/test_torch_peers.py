@@ -143,3 +143,12 @@ def test_an_exported_kernel_is_checked_and_timed_by_the_peers_harness(tmp_path):
     assert result.status == "ok", result.message
     assert result.mode == "exported" and [c.name for c in result.checks] == ["x unchanged", "out"]
     assert all(c.passed for c in result.checks) and result.median_us > 0
+
+
+def test_a_peers_cold_replays_are_preceded_by_the_same_l2_eviction_as_ours():
+    """The eviction queued before each of a peer's cold replays reads twice the L2 it is given into
+    a one-element sink (on CPU here: the call itself is what a GPU run would fail on)."""
+    from astra_kernels.jobs.torch_peers import _l2_eviction
+
+    evict = _l2_eviction("cpu", l2_bytes=1 << 12)
+    assert evict().shape == () and float(evict()) == 0.0

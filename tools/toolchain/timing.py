@@ -189,11 +189,13 @@ def time_stream(
 
 
 def time_torch_graph(function: Callable[[int], object], *, launches: int, input_sets: int,
-                     replays: int = 10, warmup_replays: int = 2) -> Timing:
+                     replays: int = 10, warmup_replays: int = 2,
+                     before_replay: Callable[[], None] | None = None) -> Timing:
     """`time_graph` for PyTorch code: `function(i)` runs one call on input set i % input_sets
     (eager kernels, or a torch.compile'd program) and is captured `launches` times into a
     torch.cuda.CUDAGraph, so a peer is timed exactly as our kernels are: replayed, cold L2,
-    no Python in the measured time. Warm it up (compile, autotune) before calling this."""
+    no Python in the measured time, `before_replay()` queued before each replay outside the timed
+    events (an L2 eviction, as time_graph's). Warm it up (compile, autotune) before calling this."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -207,10 +209,14 @@ def time_torch_graph(function: Callable[[int], object], *, launches: int, input_
         for i in range(launches):
             function(i)
     for _ in range(warmup_replays):
+        if before_replay is not None:
+            before_replay()
         graph.replay()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
     for _ in range(replays):
+        if before_replay is not None:
+            before_replay()
         start.record()
         graph.replay()
         stop.record()
