@@ -2,6 +2,7 @@
 (as the agent's prompts are) rather than as strings in the code that fills them in:
 
     export_pick.cu.in       the exported .cu's shape-to-kernel pick (KERNEL: the kernel's name)
+    export_torch_op.cpp.in  the exported kernel as a PyTorch custom op (@FIELD@ placeholders)
     export_launch.py.in     `astra export`'s <kernel>_launch.py (str.format fields)
     tuned_launcher.py.in    `astra tune`'s launcher.py (str.format fields)
 
@@ -26,6 +27,7 @@ from astra_kernels.tools.errors import UsageError
 
 GENERATED = Path(__file__).parent / "generated"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CPP_CODE = re.compile(r"[A-Za-z0-9_ \n()\[\]{},;:*&!<>=+\-/%?.|~^]*\Z")
 
 
 def generated_text(name: str) -> str:
@@ -110,5 +112,15 @@ def fill(name: str, **fields: object) -> str:
             if not _IDENTIFIER.match(str(value)):
                 raise UsageError(f"{name}: {key} {one_line(value)!r} must be a C identifier")
             template = template.replace(key, str(value))
+        return template
+    if name.endswith(".cpp.in"):
+        # @KEY@ placeholders: C++ this package wrote from a spec's names and translated expressions.
+        # It may hold no quote, backslash, '#' or comment opener, so a placeholder inside one of the
+        # template's string literals (the op's schema) cannot end the literal or start a directive.
+        for key, value in fields.items():
+            text = str(value)
+            if not _CPP_CODE.match(text) or "//" in text or "/*" in text:
+                raise UsageError(f"{name}: {key} {one_line(text)[:80]!r} holds characters generated C++ may not")
+            template = template.replace(f"@{key}@", text)
         return template
     raise ValueError(f"{name}: no escaping is known for this kind of template")

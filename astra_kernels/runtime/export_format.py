@@ -14,6 +14,7 @@ from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.templating.template import Instance, Template
 
 MANIFEST = "export.json"
+OP_NAMESPACE = "astra"  # the exported kernels' torch.library namespace: torch.ops.astra.<op_name>
 # 1: no "format" field (before 2026-11-24); 2: the field itself; 3: the table may hold named
 # sources (the agent's rewrites and model templates), and the plan's `source` indexes them.
 FORMAT_VERSION = 3
@@ -21,6 +22,17 @@ FORMAT_VERSION = 3
 
 class ExportError(AstraError):
     """A source that cannot be exported, with what is wrong with it."""
+
+
+def op_name(kernel: str, dtype: str) -> str:
+    """The custom op of an exported kernel (torch.ops.astra.rmsnorm_bf16): one per kernel and dtype,
+    so a bf16 and an fp16 export load side by side."""
+    return f"{kernel}_{dtype}"
+
+
+def torch_op_file(kernel: str) -> str:
+    """The exported folder's C++ source of that op."""
+    return f"{kernel}_torch.cpp"
 
 
 @dataclass

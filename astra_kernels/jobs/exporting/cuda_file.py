@@ -41,7 +41,7 @@ from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
 from astra_kernels.runtime.export_format import (
-    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args,
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args, torch_op_file,
 )
 
 
@@ -709,7 +709,7 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     folder = suite.load(table.kernel)
     out, k = Path(out), table.kernel
     files = [out / f"{k}.cu", out / f"{k}_launch.py", out / "README.md", out / MANIFEST, out / "dispatch.json",
-             out / f"{k}.h"]
+             out / f"{k}.h", out / torch_op_file(k)]
     earlier = _refuse_others_files(out, files)  # before any work: a person's README.md is never replaced
     suite.compute_capability(arch)  # an arch that is none is named before anything else
     check_table(table, folder, sms, arch)
@@ -745,6 +745,9 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     files[3].write_text(json.dumps(manifest, indent=2))
     files[4].write_text(table.model_dump_json(indent=2))
     files[5].write_text(render_header(table, folder))
+    from . import torch_op  # which builds on this module's _signature
+
+    files[6].write_text(torch_op.render(table, folder))
     files[1].write_text(guide.launcher_py(k, folder, table.dtype))
     files[2].write_text(guide.readme(manifest, folder, groups))
     return ExportResult(out, files, binaries, groups, unrunnable)

@@ -1,0 +1,92 @@
+"""The exported kernel as a PyTorch custom op, on CPU: the C++ source `astra export` writes for it
+(its schema, its checks, deterministic text), and what `load` says where it cannot build. The op
+itself runs in tests/jobs/test_torch_op_on_gpu.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from astra_kernels.jobs.exporting import cuda_file, torch_op
+from astra_kernels.jobs.generated_files import fill
+from astra_kernels.kernels_sglang import suite
+from astra_kernels.runtime.dispatch import DispatchTable
+from astra_kernels.runtime.export_format import torch_op_file
+from astra_kernels.tools.errors import AstraError, UsageError
+
+SCHEMAS = {
+    "rmsnorm": "rmsnorm_bf16(Tensor x, Tensor w, Tensor(a!) out, float eps) -> ()",
+    "fused_add_rmsnorm": "fused_add_rmsnorm_bf16(Tensor(a!) x, Tensor(b!) residual, Tensor w, float eps) -> ()",
+    "silu_and_mul": "silu_and_mul_bf16(Tensor x, Tensor(a!) out) -> ()",
+    "merge_attn_states": "merge_attn_states_bf16(Tensor va, Tensor sa, Tensor vb, Tensor sb, Tensor(a!) v, "
+                         "Tensor(b!) s) -> ()",
+}
+
+
+def shipped(kernel: str) -> DispatchTable:
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    return DispatchTable.model_validate_json(tuned_tables.table_path(kernel, "h200").read_text())
+
+
+@pytest.mark.parametrize("kernel", sorted(SCHEMAS))
+def test_each_op_takes_the_specs_tensors_and_the_scalars_the_shape_does_not_give(kernel):
+    folder = suite.load(kernel)
+    assert torch_op.schema(folder, "bf16") == SCHEMAS[kernel]
+    text = torch_op.render(shipped(kernel), folder)
+    assert text == torch_op.render(shipped(kernel), folder)  # the same table, the same text
+    assert f'm.def("{SCHEMAS[kernel]}");' in text and f'#include "{kernel}.h"' in text
+    assert not re.search(r"@[A-Z_]+@", text)  # every placeholder filled
+    for arg in folder.spec.args:  # every tensor checked, the shape read from them, nothing from scalars
+        if arg.role != "scalar":
+            assert f"ASTRA_TENSOR({arg.name}, " in text
+    assert "at::cuda::getCurrentCUDAStream()" in text
+
+
+def test_an_fp16_table_makes_an_op_of_its_own_name_and_types():
+    folder = suite.load("silu_and_mul")
+    table = shipped("silu_and_mul").model_copy(update={"dtype": "fp16"})
+    text = torch_op.render(table, folder)
+    assert "silu_and_mul_fp16(Tensor x, Tensor(a!) out) -> ()" in text
+    assert "at::kHalf" in text and "const __half*" in text and "kBFloat16" not in text
+
+
+def test_export_writes_the_op_source_beside_the_cu(tmp_path):
+    source = cuda_file.resolve_source(None, "h200", "silu_and_mul")
+    result = cuda_file.export(source, tmp_path / "out")
+    written = tmp_path / "out" / torch_op_file("silu_and_mul")
+    assert written in result.files and written.read_text() == torch_op.render(source.table, suite.load("silu_and_mul"))
+
+
+def test_code_placed_in_the_op_template_cannot_carry_a_string_or_a_directive():
+    for bad in ['x"); system("rm', "x\n#include <evil>", "x // comment", "x /* c */", "x\\"]:
+        with pytest.raises(UsageError, match="holds characters generated C"):
+            fill("export_torch_op.cpp.in", KERNEL="k", OP="k_bf16", SCHEMA=bad, FIRST="x", PARAMS="",
+                 CHECKS="", LAUNCH="")
+
+
+def test_load_says_in_one_line_why_it_cannot_build(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from astra_kernels.runtime import torch_op as runtime_op
+    from astra_kernels.tools.toolchain import nvcc
+
+    with pytest.raises(AstraError, match="no export.json"):
+        runtime_op.load(tmp_path)
+    cuda_file.export(cuda_file.resolve_source(None, "h200", "rmsnorm"), tmp_path / "out")
+    monkeypatch.setenv("ASTRA_NVCC", str(tmp_path / "no-nvcc"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    nvcc.nvcc_path.cache_clear()
+    try:
+        with pytest.raises(AstraError) as caught:
+            runtime_op.load(tmp_path / "out")
+    finally:
+        nvcc.nvcc_path.cache_clear()
+    message = str(caught.value)
+    assert "\n" not in message
+    if torch.version.cuda is None:
+        assert "has no CUDA" in message
+    else:
+        assert "no nvcc was found" in message and "_launch.py" in message

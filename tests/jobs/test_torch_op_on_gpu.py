@@ -1,0 +1,100 @@
+"""The exported kernels as PyTorch custom ops on a GPU (runtime/torch_op.py): the same outputs as
+the Python callable (whose kernels tests/jobs/test_exporting_on_gpu.py holds to the float64
+reference) at the tuned and the odd shapes, inside a CUDA graph, under torch.compile with
+fullgraph=True (no graph break), and a one-line error naming the argument for bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from astra_kernels.kernels_sglang import suite, tuned_tables
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+KERNELS = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "merge_attn_states")
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA device")
+    from astra_kernels.jobs.exporting import cuda_file
+    from astra_kernels.runtime import torch_op
+    from astra_kernels.runtime.exported_kernel import load_callable
+
+    kind = (tuned_tables.device_key(torch.cuda.get_device_name()) or "H200").lower()
+    found = {}
+    for kernel in KERNELS:
+        out = tmp_path_factory.mktemp(kernel)
+        cuda_file.export(cuda_file.resolve_source(None, kind, kernel), out)
+        found[kernel] = (torch_op.load(out), load_callable(out))
+    return found
+
+
+def shapes(kernel):
+    spec = suite.load(kernel).spec
+    return [s for s in spec.shapes.get("astra", [])[:3] + spec.shapes.get("odd", [])]
+
+
+def call_both(kernel, ops, shape, seed=0):
+    from astra_kernels.runtime.torch_op_cases import arguments
+
+    op, callable_ = ops[kernel]
+    tensors, scalars = arguments(kernel, "bf16", shape, seed=seed)
+    copies = [t.clone() for t in tensors]
+    op(*tensors, **scalars)
+    callable_(*copies, **scalars)
+    torch.cuda.synchronize()
+    return tensors, copies
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_op_writes_what_the_python_callable_writes(ops, kernel):
+    for shape in shapes(kernel):
+        mine, theirs = call_both(kernel, ops, shape)
+        for a, b in zip(mine, theirs):
+            assert torch.equal(a, b), (kernel, shape)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_op_is_captured_into_a_cuda_graph_and_traced_whole_by_torch_compile(ops, kernel):
+    from astra_kernels.runtime.torch_op_cases import arguments
+
+    op, _ = ops[kernel]
+    shape = shapes(kernel)[0]
+    eager, scalars = arguments(kernel, "bf16", shape, seed=1)
+    op(*eager, **scalars)
+    graphed, _ = arguments(kernel, "bf16", shape, seed=1)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        op(*[t.clone() for t in graphed], **scalars)  # warm, outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        op(*graphed, **scalars)
+    graph.replay()
+    compiled_args, _ = arguments(kernel, "bf16", shape, seed=1)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *t: op(*t, **scalars), fullgraph=True)  # a graph break raises
+    compiled(*compiled_args)
+    torch.cuda.synchronize()
+    for a, b, c in zip(eager, graphed, compiled_args):
+        assert torch.equal(a, b) and torch.equal(a, c), kernel
+
+
+def test_bad_input_is_one_line_naming_the_argument(ops):
+    from astra_kernels.runtime.torch_op_cases import arguments
+
+    op, _ = ops["rmsnorm"]
+    (x, w, out), scalars = arguments("rmsnorm", "bf16", {"T": 16, "H": 4096})
+    misaligned = torch.empty(16 * 4096 + 8, dtype=torch.bfloat16, device="cuda")[1:1 + 16 * 4096].view(16, 4096)
+    cases = [((x.float(), w, out), "argument x is Float"), ((x.cpu(), w, out), "argument x is on cpu"),
+             ((x, w[:2048], out), "argument w has shape"), ((x.t().contiguous().t(), w, out), "argument x is not contiguous"),
+             ((misaligned, w, out), "argument x is not 16-byte aligned"), ((x, w, out[:, :1]), "argument out")]
+    for tensors, words in cases:
+        with pytest.raises(RuntimeError) as caught:
+            op(*tensors, **scalars)
+        first = str(caught.value).splitlines()[0]
+        assert words in first and first.startswith("rmsnorm: "), first
