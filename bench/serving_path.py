@@ -1,0 +1,268 @@
+"""A Llama-style decoder layer with the suite's ops, eager, in a CUDA graph and under torch.compile:
+issue 40's end-to-end measure of what a serving engine gets from the exported kernels.
+
+The layer (Llama 3 8B's sizes: hidden 4096, intermediate 14336, 32 query and 8 KV heads of 128):
+
+    x, residual = fused_add_rmsnorm(x, residual, w_in)        # input norm
+    q, k, v = split(x @ W_qkv);  rope(q, k)                    # rotary: PyTorch's, in every variant
+    a = SDPA(q, k, v, causal)                                  # torch; K, V repeated per query head
+    x, residual = fused_add_rmsnorm(a @ W_o, residual, w_post) # post-attention norm
+    x = silu_and_mul(x @ W_gate_up) @ W_down                   # the MLP
+
+with the T tokens as one causal sequence (prefill-shaped at many tokens, decode-sized GEMMs at few).
+The suite's two ops come either from the exported kernels registered as PyTorch ops
+(runtime/torch_op.py: `astra`), or in SGLang's own PyTorch forms (`RMSNorm.forward_native`,
+`SiluAndMul.forward_native`: each kernel's peer.py, `native`). Measured per token count:
+
+- eager: the layer called back to back (wall time per call: host and device, whichever is longer);
+- graph: the layer captured once in a CUDA graph and replayed (device time; what decode pays);
+- compile: the layer under torch.compile (its default mode, automatic dynamic shapes, as a user
+  writes it) called eagerly, and `graph+compile`: the compiled layer captured in a CUDA graph;
+- ops: the three suite calls alone in a CUDA graph, for their share of the layer.
+
+Each variant's output is compared with the native eager layer's (bf16, the same weights); a run
+whose astra layer disagrees says so in its JSON. Nothing here is asserted: a benchmark, not a test.
+
+    python3 -P bench/serving_path.py --out DIR [--tokens 1,16,256,4096]   # on a GPU: layer.json, layer.md, layer.svg
+    python3 bench/serving_path.py --from DIR/layer.json --out DIR          # the table and chart again, no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 4096, 14336, 32, 8, 128
+EPS = 1e-5
+TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
+
+
+class Weights:
+    def __init__(self, torch, seed: int = 0):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+
+        def w(*shape, scale):
+            return (torch.randn(shape, generator=g, device="cuda") * scale).to(torch.bfloat16)
+
+        self.norm_in, self.norm_post = w(HIDDEN, scale=0.1) + 1, w(HIDDEN, scale=0.1) + 1
+        self.qkv = w((HEADS + 2 * KV_HEADS) * HEAD_DIM, HIDDEN, scale=HIDDEN ** -0.5)
+        self.o = w(HIDDEN, HEADS * HEAD_DIM, scale=(HEADS * HEAD_DIM) ** -0.5)
+        self.gate_up = w(2 * INTERMEDIATE, HIDDEN, scale=HIDDEN ** -0.5)
+        self.down = w(HIDDEN, INTERMEDIATE, scale=INTERMEDIATE ** -0.5)
+        inv = 1.0 / (500000.0 ** (torch.arange(0, HEAD_DIM, 2, device="cuda").float() / HEAD_DIM))
+        angles = torch.outer(torch.arange(16384, device="cuda").float(), inv)
+        self.cos_sin = torch.cat((angles.cos(), angles.sin()), dim=-1)
+
+
+def suite_ops(torch, kind: str, exports: dict[str, Path] | None):
+    """(norm, act): the suite's two ops of the layer, as `kind` runs them."""
+    if kind == "astra":
+        from astra_kernels.runtime import torch_op
+
+        fused, silu = torch_op.load(exports["fused_add_rmsnorm"]), torch_op.load(exports["silu_and_mul"])
+
+        def norm(x, residual, w):
+            fused(x, residual, w, EPS)  # in place: x the normalised rows, residual the sum
+            return x, residual
+
+        def act(gate_up):
+            out = torch.empty(gate_up.shape[0], gate_up.shape[1] // 2, dtype=gate_up.dtype, device=gate_up.device)
+            silu(gate_up, out)
+            return out
+        return norm, act
+    from astra_kernels.kernels_sglang import suite
+
+    norm_peer, act_peer = suite.load_peer("fused_add_rmsnorm").forward, suite.load_peer("silu_and_mul").forward
+
+    def norm(x, residual, w):
+        got = norm_peer({"x": x, "residual": residual, "w": w}, {"eps": EPS}, "default")
+        return got["x"], got["residual"]
+
+    def act(gate_up):
+        return act_peer({"x": gate_up}, {}, "default")["out"]
+    return norm, act
+
+
+def make_layer(torch, weights: Weights, norm, act):
+    import torch.nn.functional as F
+
+    from astra_kernels.kernels_sglang import suite
+
+    rope = suite.load_peer("rotary_embedding").forward
+
+    def layer(x, residual, positions):
+        t = x.shape[0]
+        x, residual = norm(x, residual, weights.norm_in)
+        q, k, v = F.linear(x, weights.qkv).split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
+        q, k = q.contiguous(), k.contiguous()
+        rope({"q": q, "k": k, "positions": positions, "cos_sin_cache": weights.cos_sin},
+             {"head_dim": HEAD_DIM, "rotary_dim": HEAD_DIM}, "default")
+        group = HEADS // KV_HEADS  # K and V repeated per query head, 4-D: SDPA's flash kernel takes them
+        a = F.scaled_dot_product_attention(
+            q.view(1, t, HEADS, HEAD_DIM).transpose(1, 2),
+            k.view(1, t, KV_HEADS, HEAD_DIM).repeat_interleave(group, dim=2).transpose(1, 2),
+            v.reshape(1, t, KV_HEADS, HEAD_DIM).repeat_interleave(group, dim=2).transpose(1, 2), is_causal=True)
+        x, residual = norm(F.linear(a.transpose(1, 2).reshape(t, HEADS * HEAD_DIM), weights.o), residual,
+                           weights.norm_post)
+        return F.linear(act(F.linear(x, weights.gate_up)), weights.down), residual
+    return layer
+
+
+def inputs(torch, tokens: int, seed: int = 1):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(tokens, HIDDEN, generator=g, device="cuda").to(torch.bfloat16)
+    residual = torch.randn(tokens, HIDDEN, generator=g, device="cuda").to(torch.bfloat16)
+    return x, residual, torch.arange(tokens, device="cuda")
+
+
+def eager_us(torch, call, calls: int, rounds: int = 5) -> float:
+    """Wall time per call of `calls` back-to-back calls, the median of `rounds`."""
+    for _ in range(3):
+        call()
+    samples = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def graph_us(torch, call, replays: int) -> float:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(3):
+        graph.replay()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(5):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) * 1000.0 / replays)
+    del graph
+    return statistics.median(samples)
+
+
+def main() -> int:
+
+    from astra_kernels.jobs.exporting import cuda_file
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--from", dest="from_json", metavar="JSON", help="render a recorded layer.json again, no GPU")
+    args = parser.parse_args()
+    if args.from_json:
+        print(render(json.loads(Path(args.from_json).read_text()), Path(args.out)))
+        return 0
+    import torch
+
+    tokens = [int(t) for t in args.tokens.split(",")]
+    device = torch.cuda.get_device_name()
+    kind = (tuned_tables.device_key(device) or "H200").lower()
+    weights = Weights(torch)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        exports = {}
+        for kernel in ("fused_add_rmsnorm", "silu_and_mul"):
+            exports[kernel] = Path(tmp) / kernel
+            cuda_file.export(cuda_file.resolve_source(None, kind, kernel), exports[kernel])
+        ops = {name: suite_ops(torch, name, exports) for name in ("astra", "native")}
+        layers = {name: make_layer(torch, weights, *ops[name]) for name in ops}
+        torch._dynamo.reset()
+        compiled = {name: torch.compile(layers[name]) for name in layers}
+        for t in tokens:
+            x, residual, positions = inputs(torch, t)
+            row = {"tokens": t}
+            reference, reference_residual = layers["native"](x.clone(), residual.clone(), positions)
+            for name in ("astra", "native"):
+                got, got_residual = layers[name](x.clone(), residual.clone(), positions)
+                compiled_got, _ = compiled[name](x.clone(), residual.clone(), positions)
+                torch.cuda.synchronize()
+                row[f"{name}_max_abs_diff"] = max(float((got.float() - reference.float()).abs().max()),
+                                                  float((compiled_got.float() - reference.float()).abs().max()))
+                row[f"{name}_residual_equal"] = bool(torch.equal(got_residual, reference_residual))
+                calls = 100 if t <= 256 else 10
+                held = (x.clone(), residual.clone(), positions)
+                row[f"eager_{name}_us"] = eager_us(torch, lambda h=held, n=name: layers[n](*h), calls)
+                row[f"compile_{name}_us"] = eager_us(torch, lambda h=held, n=name: compiled[n](*h), calls)
+                row[f"graph_{name}_us"] = graph_us(torch, lambda h=held, n=name: layers[n](*h), 20 if t <= 256 else 3)
+                row[f"graph_compile_{name}_us"] = graph_us(torch, lambda h=held, n=name: compiled[n](*h),
+                                                           20 if t <= 256 else 3)
+                norm, act = ops[name]
+                gate_up = torch.randn(t, 2 * INTERMEDIATE, device="cuda").to(torch.bfloat16)
+                row[f"ops_{name}_us"] = graph_us(
+                    torch, lambda h=held, g=gate_up, n=norm, a=act: (n(*h[:2], weights.norm_in),
+                                                                      n(*h[:2], weights.norm_post), a(g)), 20)
+            scale = float(reference.float().abs().max())
+            row["reference_max_abs"] = scale
+            rows.append(row)
+            Path(args.out).mkdir(parents=True, exist_ok=True)  # each token count kept as it is measured
+            (Path(args.out) / "layer.json").write_text(json.dumps({"device": device, "rows": rows}, indent=2))
+            print(f"{t:>5} tokens: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()
+                                                   if k.endswith("_us")), flush=True)
+    report = {"device": device, "torch": torch.__version__, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+              "layer": {"hidden": HIDDEN, "intermediate": INTERMEDIATE, "heads": HEADS, "kv_heads": KV_HEADS,
+                        "head_dim": HEAD_DIM}, "tables": kind, "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "layer.json").write_text(json.dumps(report, indent=2))
+    print(render(report, out))
+    return 0
+
+
+def render(report: dict, out: Path) -> str:
+    """layer.md and layer.svg from a report (layer.json): no GPU needed (`--from`)."""
+    from astra_kernels.jobs import charts
+
+    rows, device = report["rows"], report["device"]
+    lines = [f"# A Llama-style decoder layer on {device}, {report['date']}", "",
+             f"PyTorch {report['torch']}; bf16; the shipped {report['tables']} tables; times in us per layer "
+             "(eager, compile: wall per call; graph: device per replay); ops: the layer's three suite calls alone, "
+             "in a CUDA graph.", "",
+             "| tokens | eager astra | eager native | graph astra | graph native | graph+compile astra | "
+             "graph+compile native | compile astra | compile native | ops astra | ops native | ops share (graph, astra) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['tokens']} | {r['eager_astra_us']:.1f} | {r['eager_native_us']:.1f} | "
+                     f"{r['graph_astra_us']:.1f} | {r['graph_native_us']:.1f} | {r['graph_compile_astra_us']:.1f} | "
+                     f"{r['graph_compile_native_us']:.1f} | {r['compile_astra_us']:.1f} | {r['compile_native_us']:.1f} | "
+                     f"{r['ops_astra_us']:.1f} | {r['ops_native_us']:.1f} | {r['ops_astra_us'] / r['graph_astra_us']:.1%} |")
+    lines += ["", "Largest difference from the native eager layer's output (the output's largest magnitude): "
+              + "; ".join(f"{r['tokens']}: astra {r['astra_max_abs_diff']:.3g}, native compiled "
+                          f"{r['native_max_abs_diff']:.3g} ({r['reference_max_abs']:.3g})" for r in rows)]
+    (out / "layer.md").write_text("\n".join(lines) + "\n")
+
+    def ratio(peer: str, ours: str):
+        return [(math.log2(r["tokens"]), r[peer] / r[ours]) for r in rows]
+    series = {"eager: native / astra": ratio("eager_native_us", "eager_astra_us"),
+              "graph: native / astra": ratio("graph_native_us", "graph_astra_us"),
+              "graph+compile: native / astra": ratio("graph_compile_native_us", "graph_compile_astra_us"),
+              "compile: native / astra": ratio("compile_native_us", "compile_astra_us")}
+    (out / "layer.svg").write_text(charts.line_chart(series, title=f"Decoder layer, {device}: the peer's time over "
+                                                     "the layer's with astra's ops", ylabel="native / astra",
+                                                     xlabel="log2 tokens"))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
