@@ -266,6 +266,7 @@ def check_table_configs(report: TuneReport, folder: suite.KernelFolder, worker, 
     for row, req in rows:
         if req is not None:
             req.check, req.time, req.stream_timing = True, False, False
+            req.l2 = report.l2  # the run's regime, as every request of the run has it
             if answers is not None and not answers(req):
                 row.status, row.message = "unrecorded", "the recording has no check of this configuration here"
     todo = [(row, req) for row, req in rows if req is not None and row.status == "pending"]
