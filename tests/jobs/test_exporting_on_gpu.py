@@ -213,15 +213,20 @@ def test_standalone_library_does_nothing_on_an_empty_batch(libraries):
     assert torch.isnan(out).all()  # nothing was written
 
 
+@pytest.mark.parametrize("via", ["op", "callable"])
 @pytest.mark.parametrize("kernel", list(CASES))
-def test_guide_drop_in_runs_the_exported_kernel(folders, kernel):
-    """The README's replacement for the sgl_kernel op, called as SGLang calls that op."""
+def test_guide_drop_in_runs_the_exported_kernel(folders, kernel, via):
+    """The README's replacement for the sgl_kernel op, called as SGLang calls that op, with `_tuned`
+    the PyTorch op the README loads, or the Python callable it names where nvcc cannot build that."""
+    from astra_kernels.runtime import torch_op
+
     swap = export_guide.swap_in(kernel, "default")
 
     def original(*args, **kwargs):
         raise AssertionError(f"the drop-in for {swap.op} fell back to sgl_kernel on a covered call")
 
-    namespace = {"torch": torch, "_tuned": load_callable(folders[kernel]), "_original": original}
+    tuned = torch_op.load(folders[kernel]) if via == "op" else load_callable(folders[kernel])
+    namespace = {"torch": torch, "_tuned": tuned, "_original": original}
     exec(swap.wrapper.replace("{torch_dtype}", "torch.bfloat16"), namespace)
     drop_in = namespace[swap.op]
     case = Case(kernel, CASES[kernel][0], seed=13)

@@ -93,8 +93,9 @@ def test_a_plain_global_gets_extern_c(tmp_path):
     assert 'extern "C" __global__ void twice(' in files["baseline.cu"]
 
 
-def test_a_table_of_your_own_kernel_exports_with_a_custom_op_guide(on_path, tmp_path):
-    """No SGLang op is known for scale_add: its export guide wraps the callable as a torch custom op."""
+def test_a_table_of_your_own_kernel_exports_with_its_pytorch_op_guide(on_path, tmp_path):
+    """No SGLang op is known for scale_add: its export guide shows it as the PyTorch op its
+    scale_add_torch.cpp registers, and no swap-in."""
     import json
 
     from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
@@ -107,8 +108,9 @@ def test_a_table_of_your_own_kernel_exports_with_a_custom_op_guide(on_path, tmp_
     out = tmp_path / "export"
     assert cli.main(["export", str(tmp_path / "table.json"), "--out", str(out)]) == 0
     readme = (out / "README.md").read_text()
-    assert '@torch.library.custom_op("astra::scale_add", mutates_args=(\'out\',))' in readme
-    assert "def scale_add_op(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, alpha: float = 0.5) -> None:" in readme
+    assert "scale_add = load('/path/to/this/export/folder')  # torch.ops.astra.scale_add_fp32" in readme
+    assert "`scale_add_fp32(Tensor x, Tensor y, Tensor(a!) out, float alpha) -> ()`" in readme
+    assert (out / "scale_add_torch.cpp").is_file()
     assert "Swap it into an SGLang deployment" not in readme
     manifest = json.loads((out / "export.json").read_text())
     assert {tuple(sorted(b["config"].items())) for b in manifest["binaries"]} >= {(("THREADS", 128),), (("THREADS", 512),)}

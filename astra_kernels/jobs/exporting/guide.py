@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs.generated_files import fill, md_code, md_text
-from astra_kernels.runtime.export_format import Group, shape_args
+from astra_kernels.runtime.export_format import Group, op_name, shape_args
 
 
 @dataclass(frozen=True)
@@ -98,39 +98,29 @@ def call_example(folder: suite.KernelFolder) -> str:
     return ", ".join(tensors + scalars)
 
 
-def custom_op_guide(k: str, folder: suite.KernelFolder) -> list[str]:
-    """For a kernel with no SGLang op to replace (one of your own): the callable as a PyTorch custom op,
-    which torch.compile and CUDA graphs treat as one opaque call that writes its out and inout tensors."""
-    spec = folder.spec
-    carried = set(shape_args(spec).values())
-    tensors = [a for a in spec.args if a.role != "scalar"]
-    scalars = [a for a in spec.args if a.role == "scalar" and a.name not in carried]
-    params = ", ".join([f"{a.name}: torch.Tensor" for a in tensors]
-                       + [f"{a.name}: {'float' if a.dtype.startswith('fp') else 'int'} = {a.value}" for a in scalars])
-    call = ", ".join([a.name for a in tensors] + [f"{a.name}={a.name}" for a in scalars])
-    mutated = ", ".join(repr(a.name) for a in tensors if a.role in ("out", "inout"))
+def torch_op_guide(k: str, folder: suite.KernelFolder, dtype: str) -> list[str]:
+    """The export as the PyTorch op its `<kernel>_torch.cpp` registers (runtime/torch_op.py): what a
+    serving engine should call (a native op's host cost, one node under torch.compile, captured by
+    CUDA graphs), for every kernel, SGLang's or one of your own."""
+    from .torch_op import schema
+
+    tensors = [a.name for a in folder.spec.args if a.role != "scalar"]
+    scalars = [a for a in folder.spec.args if a.role == "scalar" and a.name not in set(shape_args(folder.spec).values())]
+    call = ", ".join(tensors + [str(a.value) for a in scalars])
     return [
-        "## Use it from PyTorch",
-        "",
-        f"No SGLang op is known for {k}, so there is no swap-in; as a PyTorch custom op it is one opaque call "
-        "to torch.compile (which does not trace into it) and is captured whole by CUDA graphs:",
+        "## Call it as a PyTorch op (the serving path)",
         "",
         "```python",
-        "import torch",
-        f"from {k}_launch import {k} as _tuned      # with this folder on sys.path",
-        "",
-        "",
-        f'@torch.library.custom_op("astra::{k}", mutates_args=({mutated}{"," if mutated.count(",") == 0 and mutated else ""}))',
-        f"def {k}_op({params}) -> None:",
-        f"    _tuned({call})",
-        "",
-        "",
-        f"@{k}_op.register_fake",
-        f"def _({params}) -> None:",
-        "    return None  # writes only the tensors it is given: nothing new to describe",
+        "from astra_kernels.runtime.torch_op import load",
+        f"{k} = load('/path/to/this/export/folder')  # torch.ops.astra.{op_name(k, dtype)}, built with nvcc on first use",
+        f"{k}({call})",
         "```",
         "",
-        f"Call `{k}_op(...)` (or `torch.ops.astra.{k}(...)`) where the model computed this op in PyTorch.",
+        f"`{k}_torch.cpp` registers the kernels with PyTorch's dispatcher: {md_code(schema(folder, dtype))}. A call "
+        "costs about what a native op's does (the Python callable above: 20-45 times that), torch.compile traces it "
+        "as one node (`fullgraph=True` holds), CUDA graphs capture it, and a bad tensor is a one-line error naming "
+        "it. The first `load` builds it with nvcc (ASTRA_NVCC, the PATH or CUDA_HOME) against the installed "
+        "PyTorch, then the cache serves it.",
     ]
 
 
@@ -197,6 +187,8 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
         "It checks dtype, shape, contiguity, alignment and device, and launches on the tensor's current torch "
         "stream, so it runs inside CUDA-graph capture (the kernels load on the first call: make it before "
         "capturing, as SGLang's warm-up runs do).",
+        "",
+        *torch_op_guide(k, folder, dtype),
     ]
     swap = swap_in(k, manifest["variant"])
     if swap:
@@ -213,12 +205,12 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
             "",
             "```python",
             "# sitecustomize.py, in a folder on PYTHONPATH: Python imports it at start-up in every process",
-            "import sys",
             "import torch",
             "import sgl_kernel",
             "",
-            f"sys.path.insert(0, '/path/to/this/export/folder')  # where {k}_launch.py is",
-            f"from {k}_launch import {k} as _tuned",
+            "from astra_kernels.runtime.torch_op import load",
+            "",
+            f"_tuned = load('/path/to/this/export/folder')  # torch.ops.astra.{op_name(k, dtype)}",
             "",
             f"_original = sgl_kernel.{swap.op}",
             "",
@@ -231,16 +223,15 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
             "",
             f"Then start the server as usual, e.g. `PYTHONPATH=/path/to/patch python -m sglang.launch_server "
             f"--model-path ...`. To check that it is in use, call `sgl_kernel.{swap.op}` once in that "
-            f"environment and compare with `_original` on the same tensors. With `--enable-torch-compile`, "
-            "register the wrapper as a custom op (`torch.library.custom_op`, mutating its output arguments) so "
-            "the compiler does not trace into it.",
+            f"environment and compare with `_original` on the same tensors. `_tuned` is the registered op, so "
+            "under `--enable-torch-compile` it is one node of the compiled graph and CUDA graphs capture it; "
+            f"where nvcc cannot build it, `from {k}_launch import {k} as _tuned` (with this folder on "
+            "`sys.path`) takes its place at a Python call's host cost.",
             "",
             f"Without Python in the loop, `lib{k}.so` from the build above is a C library (`{k}.h` declares it): "
             f"call `{k}_launch(<device pointers and scalars as above>, stream)` with "
             "`at::cuda::getCurrentCUDAStream()` from your own torch extension, or through ctypes.",
         ]
-    else:
-        lines += ["", *custom_op_guide(k, folder)]
     lines += ["", "docs/export.md in the astra-kernels repository has the whole guide."]
     return "\n".join(lines) + "\n"
 
