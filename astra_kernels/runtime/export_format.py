@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.toolchain.dtypes import C_TYPES
 from astra_kernels.tools.templating.template import Instance, Template
 
 MANIFEST = "export.json"
@@ -72,6 +73,23 @@ def binary_key(template: Template, source: str, config: dict[str, int], instance
     derived = tuple(int(instance.defines[d.name]) for d in template.derived)
     values = tuple(int(config[p]) for p in template.names)
     return (source, values, derived, int(instance.fast_math), int(instance.max_registers or 0))
+
+
+def c_signature(spec, dtype: str) -> list[tuple[str, str]]:
+    """(C type, name) of each argument of the exported `<kernel>_launch`, as the spec gives them:
+    tensors as pointers (const where only read), scalars by value. The .cu, its header and the
+    PyTorch op's C++ all declare it so."""
+    params = []
+    for arg in spec.args:
+        arg_dtype = dtype if arg.dtype == "T" else arg.dtype
+        if arg_dtype not in C_TYPES:
+            raise ExportError(f"{spec.name}: argument {arg.name} has dtype {arg_dtype}, which has no C type here")
+        ctype = C_TYPES[arg_dtype]
+        if arg.role == "scalar":
+            params.append((ctype, arg.name))
+        else:
+            params.append((f"{'const ' if arg.role == 'in' else ''}{ctype}*", arg.name))
+    return params
 
 
 def shape_args(spec) -> dict[str, str]:

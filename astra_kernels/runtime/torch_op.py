@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 from pathlib import Path
@@ -75,7 +74,7 @@ def build(folder: str | Path) -> Path:
     if not torch.cuda.is_available() and torch.version.cuda is None:
         raise ExportError(f"this PyTorch ({torch.__version__}) has no CUDA; the {kernel} op is built against a "
                           "CUDA build of PyTorch")
-    nvcc = _nvcc()
+    nvcc_version = _nvcc_version()
     groups = [Group(**g) for g in manifest["groups"]]
     arch = manifest["arch"]
     try:
@@ -85,7 +84,7 @@ def build(folder: str | Path) -> Path:
     libraries = cpp_extension.library_paths("cuda")
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     key = hashlib.sha256(json.dumps([sources, [g.nvcc_flags() for g in groups], arch, torch.__version__,
-                                     _version(nvcc), abi], sort_keys=True).encode()).hexdigest()[:24]
+                                     nvcc_version, abi], sort_keys=True).encode()).hexdigest()[:24]
     target = default_cache_dir() / "torch_ops" / key / f"lib{op_name(kernel, manifest['dtype'])}.so"
     if target.is_file():
         return target
@@ -98,13 +97,13 @@ def build(folder: str | Path) -> Path:
         for index, group in enumerate(groups):
             select = [f"-DASTRA_GROUP={index}"] if len(groups) > 1 else []
             obj = f"{kernel}_g{index}.o"
-            _run([nvcc, f"-arch={arch}", "-std=c++17", "-O3", *group.nvcc_flags(), *select, "-Xcompiler", "-fPIC",
+            _run([f"-arch={arch}", "-std=c++17", "-O3", *group.nvcc_flags(), *select, "-Xcompiler", "-fPIC",
                   "-c", manifest["cu"], "-o", obj], work, kernel)
             objects.append(obj)
-        _run([nvcc, "-std=c++17", "-O2", "-Xcompiler", "-fPIC", abi, *(f"-I{p}" for p in includes),
+        _run(["-std=c++17", "-O2", "-Xcompiler", "-fPIC", abi, *(f"-I{p}" for p in includes),
               "-c", torch_op_file(kernel), "-o", "op.o"], work, kernel)
         links = [f"-L{p}" for p in libraries] + [f"-Xlinker=-rpath,{p}" for p in libraries]
-        _run([nvcc, "-shared", *objects, "op.o", "-o", target.name, *links,
+        _run(["-shared", *objects, "op.o", "-o", target.name, *links,
               "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-lcudart"], work, kernel)
         staged = target.parent.with_name(target.parent.name + ".tmp")
         shutil.rmtree(staged, ignore_errors=True)
@@ -137,29 +136,25 @@ def _read(path: Path) -> str:
         raise ExportError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _nvcc() -> str:
-    from astra_kernels.tools.toolchain.nvcc import nvcc_path
+def _nvcc_version() -> str:
+    """nvcc's version (part of the cache key); a one-line error where there is no nvcc."""
+    from astra_kernels.tools.toolchain.nvcc import nvcc_version
 
     try:
-        return nvcc_path()
+        return nvcc_version()
     except ToolchainError:
         raise ExportError("no nvcc was found (ASTRA_NVCC, the PATH, CUDA_HOME, CUDA_PATH), and the op is built with "
                           "it: install the CUDA toolkit (or pip's nvidia-cuda-nvcc) or set ASTRA_NVCC; the Python "
                           "callable (<kernel>_launch.py) works without it") from None
 
 
-def _version(nvcc: str) -> str:
-    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
-    return out.strip().splitlines()[-1] if out.strip() else nvcc
+def _run(arguments: list[str], cwd: Path, kernel: str) -> None:
+    """One nvcc step of the build; its diagnostics in the error where it fails."""
+    from astra_kernels.tools.toolchain.nvcc import nvcc_run
 
-
-def _run(command: list[str], cwd: Path, kernel: str) -> None:
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise ExportError(f"building the {kernel} op: nvcc ran past {BUILD_TIMEOUT_S} s and was stopped") from None
-    except OSError as exc:
-        raise ExportError(f"building the {kernel} op: cannot run {command[0]}: {exc}") from None
-    if done.returncode != 0:
-        log = (done.stdout + done.stderr).strip().replace(f"{cwd}/", "")
-        raise AstraError(f"building the {kernel} op failed (exit {done.returncode}): {log[-1500:]}")
+        status, log = nvcc_run(arguments, cwd, BUILD_TIMEOUT_S)
+    except ToolchainError as exc:
+        raise ExportError(f"building the {kernel} op: {exc}") from None
+    if status != 0:
+        raise AstraError(f"building the {kernel} op failed (exit {status}): {log.strip()[-1500:]}")

@@ -79,14 +79,57 @@ def test_load_says_in_one_line_why_it_cannot_build(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     nvcc.nvcc_path.cache_clear()
+    nvcc.nvcc_version.cache_clear()
     try:
         with pytest.raises(AstraError) as caught:
             runtime_op.load(tmp_path / "out")
     finally:
         nvcc.nvcc_path.cache_clear()
+        nvcc.nvcc_version.cache_clear()
     message = str(caught.value)
     assert "\n" not in message
     if torch.version.cuda is None:
         assert "has no CUDA" in message
     else:
         assert "no nvcc was found" in message and "_launch.py" in message
+
+
+def test_the_build_compiles_each_flag_group_and_the_op_then_links_once_and_is_cached(tmp_path, monkeypatch):
+    """runtime/torch_op.build with a stand-in nvcc (a script that logs its arguments and writes its
+    -o file): one object per flag group of the .cu, one of the op's C++, one link; the library
+    lands in the cache under a key of its sources, and a second build runs nothing."""
+    torch = pytest.importorskip("torch")
+    from astra_kernels.runtime import torch_op as runtime_op
+    from astra_kernels.tools.toolchain import nvcc
+
+    cuda_file.export(cuda_file.resolve_source(None, "h200", "rmsnorm"), tmp_path / "out")
+    log = tmp_path / "nvcc.log"
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'Cuda compilation tools, V13.0.88'; exit 0; fi\n"
+                    f"echo \"$@\" >> {log}\n"
+                    "while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then echo built > \"$2\"; fi; shift; done\n")
+    fake.chmod(0o755)
+    (tmp_path / "cuda" / "include").mkdir(parents=True)
+    monkeypatch.setenv("ASTRA_NVCC", str(fake))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    monkeypatch.setenv("ASTRA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path / "cuda"))  # read by PyTorch at its import
+    nvcc.nvcc_path.cache_clear()
+    nvcc.nvcc_version.cache_clear()
+    try:
+        library = runtime_op.build(tmp_path / "out")
+        calls = log.read_text().splitlines()
+        again = runtime_op.build(tmp_path / "out")
+    finally:
+        nvcc.nvcc_path.cache_clear()
+        nvcc.nvcc_version.cache_clear()
+    manifest = __import__("json").loads((tmp_path / "out" / "export.json").read_text())
+    assert library == again and library.read_text() == "built\n" and library.name == "librmsnorm_bf16.so"
+    assert library.is_relative_to(tmp_path / "cache") and log.read_text().splitlines() == calls  # cached
+    compiles = [c for c in calls if " -c rmsnorm.cu " in f" {c} "]
+    assert len(compiles) == len(manifest["groups"]) and all("-arch=sm_90" in c for c in compiles)
+    assert sum(" -c rmsnorm_torch.cpp " in f" {c} " for c in calls) == 1
+    assert sum(c.startswith("-shared ") for c in calls) == 1 and len(calls) == len(compiles) + 2

@@ -111,3 +111,25 @@ def nvcc_compile(source: str, name: str, flags: list[str],
             return False, log, b"", ""
         ptx = "\n".join(p.read_text(errors="replace") for p in sorted(keep.glob("*.ptx")))
         return True, log, (folder / "out.cubin").read_bytes(), ptx
+
+
+def nvcc_run(arguments: list[str], cwd: Path, timeout_s: float = NVCC_TIMEOUT_S) -> tuple[int, str]:
+    """(exit status, its output) of nvcc with `arguments` in `cwd`: a build step of a library (an
+    exported kernel's PyTorch op: astra_kernels/runtime/torch_op.py), run as nvcc_compile runs nvcc,
+    in a session of its own killed whole on the timeout or when this process stops. The output has
+    `cwd`'s path cut, so a diagnostic names the file as written. ToolchainError when nvcc cannot run."""
+    argv = [nvcc_path(), *arguments]
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                                   preexec_fn=_kill_with_parent, start_new_session=True)
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {argv[0]}: {exc}") from exc
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ToolchainError(f"nvcc ran past {timeout_s:.0f} s and was stopped") from None
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode, (out + err).replace(f"{cwd}/", "")

@@ -41,8 +41,9 @@ from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
 from astra_kernels.runtime.export_format import (
-    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args, torch_op_file,
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, c_signature, shape_args, torch_op_file,
 )
+from . import torch_op
 
 
 
@@ -368,21 +369,6 @@ def _instantiate_function(fname: str, template: Template, folder: suite.KernelFo
     return out
 
 
-def _signature(folder: suite.KernelFolder, dtype: str) -> list[tuple[str, str]]:
-    """(C type, name) of each kernel argument, as the spec gives them."""
-    params = []
-    for arg in folder.spec.args:
-        arg_dtype = dtype if arg.dtype == "T" else arg.dtype
-        if arg_dtype not in C_TYPES:
-            raise ExportError(f"{folder.name}: argument {arg.name} has dtype {arg_dtype}, which has no C type here")
-        ctype = C_TYPES[arg_dtype]
-        if arg.role == "scalar":
-            params.append((ctype, arg.name))
-        else:
-            params.append((f"{'const ' if arg.role == 'in' else ''}{ctype}*", arg.name))
-    return params
-
-
 def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Binary], groups: list[Group],
               shapes: list[dict[str, int]], unrunnable: dict[str, str], arch: str, command: str,
               sms: int = suite.DEFAULT_SMS) -> str:
@@ -390,7 +376,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     k = table.kernel
     ns = f"astra_{k}"
     (np_, nd), ns_ = plan_array_sizes(table), len(spec.symbols)
-    signature = _signature(folder, table.dtype)
+    signature = c_signature(folder.spec, table.dtype)
     carriers = shape_args(spec)
     multi = len(groups) > 1
 
@@ -621,10 +607,10 @@ def render_header(table: DispatchTable, folder: suite.KernelFolder) -> str:
     """`<kernel>.h`: the host API of `<kernel>.cu` for the other files of a program."""
     k = table.kernel
     np_, nd = plan_array_sizes(table)
-    params = ", ".join(f"{t} {n}" for t, n in _signature(folder, table.dtype))
+    params = ", ".join(f"{t} {n}" for t, n in c_signature(folder.spec, table.dtype))
     lines = [f"// {k}.h: the host API of {k}.cu (its header comment says what each function does).",
              "#pragma once", "#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
-    if any(t.startswith("__nv_fp8") for t, _ in _signature(folder, table.dtype)):
+    if any(t.startswith("__nv_fp8") for t, _ in c_signature(folder.spec, table.dtype)):
         lines.append("#include <cuda_fp8.h>")
     lines += ["", *_plan_struct(table, np_, nd), "", "#ifdef __cplusplus", 'extern "C" {', "#endif",
               f"cudaError_t {k}_launch({params}, cudaStream_t stream);",
@@ -745,8 +731,6 @@ def export(source: TableSource, out: str | Path, *, shapes: list[dict[str, int]]
     files[3].write_text(json.dumps(manifest, indent=2))
     files[4].write_text(table.model_dump_json(indent=2))
     files[5].write_text(render_header(table, folder))
-    from . import torch_op  # which builds on this module's _signature
-
     files[6].write_text(torch_op.render(table, folder))
     files[1].write_text(guide.launcher_py(k, folder, table.dtype))
     files[2].write_text(guide.readme(manifest, folder, groups))

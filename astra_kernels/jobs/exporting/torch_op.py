@@ -20,9 +20,8 @@ from astra_kernels.tools.toolchain.dtypes import FLOAT_TYPES
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchTable
-from astra_kernels.runtime.export_format import ExportError, op_name, shape_args
+from astra_kernels.runtime.export_format import ExportError, c_signature, op_name, shape_args
 from ..generated_files import fill
-from .cuda_file import _signature
 
 # PyTorch's ScalarType for each dtype a spec may name
 TORCH_SCALAR_TYPES = {"bf16": "at::kBFloat16", "fp16": "at::kHalf", "fp32": "at::kFloat", "fp64": "at::kDouble",
@@ -61,7 +60,7 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
         return f"sym_{symbol}"
 
     params, checks, launch = [], [], []
-    for (ctype, name), arg in zip(_signature(folder, dtype), spec.args):
+    for (ctype, name), arg in zip(c_signature(spec, dtype), spec.args):
         if arg.role == "scalar":
             if name in carried:
                 launch.append(f"static_cast<int>({symbol_var(carried[name])})")
