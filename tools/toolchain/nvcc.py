@@ -83,41 +83,27 @@ def nvcc_compile(source: str, name: str, flags: list[str],
             (folder / header).write_text(text)
         keep = folder / "keep"
         keep.mkdir()
-        command = [nvcc_path(), "-cubin", "-o", str(folder / "out.cubin"), "--keep", f"--keep-dir={keep}",
-                   *flags, f"-I{folder}", str(folder / name)]
-        # nvcc in a session of its own, so its children (the host preprocessor, cicc, ptxas), which
-        # do not inherit the kill-with-parent request, are killed with it as one process group on
-        # its timeout or on anything that stops this call (a Ctrl-C, the compile child's deadline)
-        try:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=folder,
-                                       preexec_fn=_kill_with_parent, start_new_session=True)
-        except OSError as exc:
-            raise ToolchainError(f"cannot run {command[0]}: {exc}") from exc
-        try:
-            out, err = process.communicate(timeout=NVCC_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise ToolchainError(f"nvcc ran past {NVCC_TIMEOUT_S} s and was stopped") from None
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        log = (out + err).replace(f"{folder}/", "")
-        if process.returncode != 0 and (process.returncode < 0 or "error" not in log):
+        status, log = nvcc_run(["-cubin", "-o", str(folder / "out.cubin"), "--keep", f"--keep-dir={keep}",
+                                *flags, f"-I{folder}", str(folder / name)], folder)
+        if status != 0 and (status < 0 or "error" not in log):
             # killed, or failed without a diagnostic (no host compiler, a full disk): the machine's
             # failure, not the source's, so raised rather than cached as the source's compile error
-            raise ToolchainError(f"nvcc failed without a compile error (exit {process.returncode}): "
+            raise ToolchainError(f"nvcc failed without a compile error (exit {status}): "
                                  f"{log.strip()[-500:] or 'no output'}")
-        if process.returncode != 0:
+        if status != 0:
             return False, log, b"", ""
         ptx = "\n".join(p.read_text(errors="replace") for p in sorted(keep.glob("*.ptx")))
         return True, log, (folder / "out.cubin").read_bytes(), ptx
 
 
 def nvcc_run(arguments: list[str], cwd: Path, timeout_s: float = NVCC_TIMEOUT_S) -> tuple[int, str]:
-    """(exit status, its output) of nvcc with `arguments` in `cwd`: a build step of a library (an
-    exported kernel's PyTorch op: astra_kernels/runtime/torch_op.py), run as nvcc_compile runs nvcc,
-    in a session of its own killed whole on the timeout or when this process stops. The output has
-    `cwd`'s path cut, so a diagnostic names the file as written. ToolchainError when nvcc cannot run."""
+    """(exit status, its output) of nvcc with `arguments` in `cwd`: nvcc_compile's compile, and the
+    build steps of an exported kernel's PyTorch op (astra_kernels/runtime/torch_op.py). nvcc runs in
+    a session of its own, so its children (the host preprocessor, cicc, ptxas), which do not inherit
+    the kill-with-parent request, are killed with it as one process group on its timeout or on
+    anything that stops this call (a Ctrl-C, the compile child's deadline). The output has `cwd`'s
+    path cut, so a diagnostic reads `kernel.cu(12): error: ...` as NVRTC's do. ToolchainError when
+    nvcc cannot run or runs past the timeout."""
     argv = [nvcc_path(), *arguments]
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
