@@ -70,14 +70,18 @@ def plan(folder: suite.KernelFolder, *, shapes: Iterable[dict] | None = None,
                         continue
                     jobs.append(("template", config))
                     taken += 1
-                for which, config in jobs:
-                    req = suite.request(folder, which, shape, dtype, variant, config or None, sms=sms, arch=arch)
-                    if isinstance(req, Exclusion):
-                        rows.append((CheckRow(**base, which=which, config=config, status="excluded",
-                                              message=req.reason), None))
-                    else:
-                        rows.append((CheckRow(**base, which=which, config=config, status="pending"), req))
+                rows += [_row(base, which, config, suite.request(folder, which, shape, dtype, variant,
+                                                                 config or None, sms=sms, arch=arch))
+                         for which, config in jobs]
     return rows
+
+
+def _row(base: dict, which: str, config: dict[str, int],
+         req: EvaluationRequest | Exclusion) -> tuple[CheckRow, EvaluationRequest | None]:
+    """A row to fill in with its request, or already "excluded" with the constraint's reason."""
+    if isinstance(req, Exclusion):
+        return CheckRow(**base, which=which, config=config, status="excluded", message=req.reason), None
+    return CheckRow(**base, which=which, config=config, status="pending"), req
 
 
 def table_configs(table: DispatchTable) -> list[tuple[str, dict[str, int]]]:
@@ -119,14 +123,9 @@ def table_plan(folder: suite.KernelFolder, table: DispatchTable, *, shapes: Iter
         for dtype in dtypes or spec.dtypes:
             for variant in variants or spec.variants:
                 base = dict(kernel=spec.name, shape=spec.label(shape), dtype=dtype, variant=variant)
-                for source, config in runs:
-                    req = suite.request(folder, source, shape, dtype, variant, config, sms=sms, arch=arch,
-                                        source=table.source_of(source))
-                    if isinstance(req, Exclusion):
-                        rows.append((CheckRow(**base, which=source, config=config, status="excluded",
-                                              message=req.reason), None))
-                    else:
-                        rows.append((CheckRow(**base, which=source, config=config, status="pending"), req))
+                rows += [_row(base, source, config, suite.request(folder, source, shape, dtype, variant, config,
+                                                                  sms=sms, arch=arch, source=table.source_of(source)))
+                         for source, config in runs]
     return rows
 
 

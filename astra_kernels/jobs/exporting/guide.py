@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs.generated_files import fill, md_code, md_text
 from astra_kernels.runtime.export_format import Group, op_name, shape_args
+from .torch_op import schema
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,6 @@ def torch_op_guide(k: str, folder: suite.KernelFolder, dtype: str) -> list[str]:
     """The export as the PyTorch op its `<kernel>_torch.cpp` registers (runtime/torch_op.py): what a
     serving engine should call (a native op's host cost, one node under torch.compile, captured by
     CUDA graphs), for every kernel, SGLang's or one of your own."""
-    from .torch_op import schema
-
     tensors = [a.name for a in folder.spec.args if a.role != "scalar"]
     scalars = [a for a in folder.spec.args if a.role == "scalar" and a.name not in set(shape_args(folder.spec).values())]
     call = ", ".join(tensors + [str(a.value) for a in scalars])
