@@ -172,7 +172,12 @@ def main() -> int:
     parser.add_argument("--from", dest="from_json", metavar="JSON", help="render a recorded layer.json again, no GPU")
     args = parser.parse_args()
     if args.from_json:
-        print(render(json.loads(Path(args.from_json).read_text()), Path(args.out)))
+        try:
+            report = json.loads(Path(args.from_json).read_text())
+            print(render(report, Path(args.out)))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: --from {args.from_json}: not a layer.json this script wrote ({type(exc).__name__}: {exc})")
+            return 2
         return 0
     import torch
 
