@@ -240,6 +240,7 @@ def render(report: dict, out: Path) -> str:
     from astra_kernels.jobs import charts
 
     rows, device = report["rows"], report["device"]
+    out.mkdir(parents=True, exist_ok=True)
     lines = [f"# A Llama-style decoder layer on {device}, {report['date']}", "",
              f"PyTorch {report['torch']}; bf16; the shipped {report['tables']} tables; times in us per layer "
              "(eager, compile: wall per call; graph: device per replay); ops: the layer's three suite calls alone, "
