@@ -71,8 +71,7 @@ def run(kernel: str, shape_text: str, calls: int) -> int:
         for _ in range(calls + 1):  # the first call of each compiles and loads
             fresh = {n: t.clone() for n, t in tensors.items()}
             args = [fresh.get(p.name, outputs.get(p.name)) for p in problem.buffers]
-            carried = set(cuda_file.shape_args(folder.spec).values())
-            launch = tuned(*args, **{n: v for n, v in scalars.items() if n not in carried})
+            launch = tuned(*args, **{n: v for n, v in scalars.items() if n in tuned.given})
             got_tuned = torch_tensors.results(problem, fresh, outputs)
             fresh_peer = {n: t.clone() for n, t in tensors.items()}
             got_peer = torch_tensors.results(problem, fresh_peer, peer(fresh_peer, scalars, "default"))

@@ -115,7 +115,7 @@ def measure_exported(device, folder: str, shape: dict[str, int], l2: str = "cold
     import torch
 
     outputs = [p for p in problem.buffers if p.role == "out"]
-    given = {a.name for a in spec.args if a.role == "scalar"} - set(kernel.carriers.values())
+    given = set(kernel.given)
 
     def forward(tensors: dict, scalars: dict, variant: str) -> dict:
         made = {p.name: torch.empty(p.shape, dtype=peers.torch_dtype(p.dtype), device="cuda") for p in outputs}

@@ -89,3 +89,22 @@ def run_peer(kernel_name: str, inputs_numpy: dict[str, np.ndarray], shape: dict[
     tensors, values = arguments(problem, inputs_numpy, device)
     outputs = (forward or suite.load_peer(kernel_name).forward)(tensors, values, variant)
     return results(problem, tensors, outputs)
+
+
+def op_arguments(kernel: str, dtype: str, shape: dict[str, int], *, seed: int = 0, variant: str = "default",
+                 device: str = "cuda") -> tuple[list, dict]:
+    """(tensors in the signature's order, scalars by name) to call an exported kernel's PyTorch op or
+    Python callable once at `shape`: the kernel's own seeded inputs (so rotary's positions lie in its
+    cache), outputs left empty, and the scalars a caller passes (runtime/export_format.caller_scalars)
+    at the spec's values. The op's GPU test and bench/host_cost.py call it."""
+    import torch
+
+    from astra_kernels.runtime.export_format import caller_scalars
+
+    folder = suite.load(kernel)
+    problem = suite.problem(folder, shape, dtype, variant)
+    inputs = folder.reference.make_inputs(np.random.default_rng(seed), shape, dtype, variant)
+    tensors = [torch.empty(p.shape, dtype=torch_dtype(p.dtype), device=device) if p.role == "out"
+               else to_torch(inputs[p.name], device) for p in problem.buffers]
+    given = {a.name for a in caller_scalars(folder.spec)}
+    return tensors, {name: value for name, value in scalars(problem).items() if name in given}

@@ -76,9 +76,8 @@ def binary_key(template: Template, source: str, config: dict[str, int], instance
 
 
 def c_signature(spec, dtype: str) -> list[tuple[str, str]]:
-    """(C type, name) of each argument of the exported `<kernel>_launch`, as the spec gives them:
-    tensors as pointers (const where only read), scalars by value. The .cu, its header and the
-    PyTorch op's C++ all declare it so."""
+    """(C type, name) of each argument of the kernels themselves, as the spec gives them: tensors as
+    pointers (const where only read), scalars by value."""
     params = []
     for arg in spec.args:
         arg_dtype = dtype if arg.dtype == "T" else arg.dtype
@@ -92,14 +91,56 @@ def c_signature(spec, dtype: str) -> list[tuple[str, str]]:
     return params
 
 
+def launch_signature(spec, dtype: str) -> list[tuple[str, str]]:
+    """(C type, name) of each argument of the exported `<kernel>_launch`: the kernels' own, then an
+    `int` for each shape symbol no scalar of theirs carries (shape_params). The .cu, its header and
+    the PyTorch op's C++ all declare it so."""
+    return c_signature(spec, dtype) + [("int", symbol) for symbol in shape_params(spec)]
+
+
+def shape_params(spec) -> list[str]:
+    """The shape symbols no scalar argument carries, which the launch takes as arguments of their own
+    named after the symbol: rotary_embedding's cache length P is only the cos/sin cache's row count,
+    which the kernel never needs, but the pick keys on the whole shape."""
+    carried = {arg.value.strip() for arg in spec.args if arg.role == "scalar" and arg.value}
+    own = [s for s in spec.symbols if s not in carried]
+    if clash := sorted(set(own) & {arg.name for arg in spec.args}):
+        raise ExportError(f"{spec.name}: shape symbol {', '.join(clash)} is also an argument's name, so the "
+                          "launch cannot take it as an argument of its own")
+    return own
+
+
 def shape_args(spec) -> dict[str, str]:
-    """Each shape symbol and the scalar argument that carries it (tokens -> T, ...)."""
+    """Each shape symbol and the launch argument that carries it: a scalar of the kernel's (tokens -> T),
+    else the symbol's own argument (shape_params)."""
     carriers = {}
     for arg in spec.args:
         if arg.role == "scalar" and arg.value and arg.value.strip() in spec.symbols:
             carriers.setdefault(arg.value.strip(), arg.name)
-    missing = [s for s in spec.symbols if s not in carriers]
-    if missing:
-        raise ExportError(f"{spec.name}: no scalar argument carries {', '.join(missing)}, so a C launcher "
-                          "cannot tell the shape from its arguments")
+    carriers.update({s: s for s in shape_params(spec)})
     return {s: carriers[s] for s in spec.symbols}
+
+
+def tensor_symbols(spec) -> dict[str, tuple[str, int]]:
+    """Each shape symbol some tensor dimension is exactly, with the first such (argument, dimension):
+    where the PyTorch op and the Python callable read it."""
+    found: dict[str, tuple[str, int]] = {}
+    for arg in spec.args:
+        if arg.role != "scalar":
+            for dim, text in enumerate(arg.shape):
+                if text.strip() in spec.symbols:
+                    found.setdefault(text.strip(), (arg.name, dim))
+    return found
+
+
+def caller_scalars(spec) -> list:
+    """The scalar arguments a caller of the PyTorch op or the Python callable passes: every scalar but
+    those carrying a symbol the tensors' sizes give (rmsnorm's T and H), so eps, and rotary_embedding's
+    head counts and head size, which q[N, HQ * D] holds only as a product. A symbol neither a tensor
+    dimension nor a scalar gives cannot be called."""
+    from_tensors = tensor_symbols(spec)
+    carried = {name: symbol for symbol, name in shape_args(spec).items()}
+    if missing := [s for s in spec.symbols if s not in from_tensors and carried.get(s) == s]:
+        raise ExportError(f"{spec.name}: neither a tensor dimension nor a scalar argument gives "
+                          f"{', '.join(missing)}, so a caller cannot tell the shape")
+    return [a for a in spec.args if a.role == "scalar" and carried.get(a.name) not in from_tensors]

@@ -15,6 +15,7 @@ the model's other work and is captured into CUDA graphs; the legacy default stre
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from astra_kernels.tools.toolchain import interop
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.toolchain.compiler import compile_source
-from astra_kernels.tools.toolchain.device import Device, DeviceBuffer, Kernel
+from astra_kernels.tools.toolchain.device import Device, DeviceBuffer, Kernel, PreparedLaunch
 from astra_kernels.tools.toolchain.driver import check, gpu_available
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.toolchain.targets import DEFAULT_ARCH, STATIC_SHARED_LIMIT
@@ -34,7 +35,9 @@ from astra_kernels.tools.templating.template import Exclusion
 
 from astra_kernels.kernels_sglang import suite
 from .dispatch import DispatchTable
-from .export_format import FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, shape_args
+from .export_format import (
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, caller_scalars, shape_args, tensor_symbols,
+)
 
 ALIGNMENT = 16  # bytes: the kernels load 16-byte vectors from each tensor's start
 
@@ -60,6 +63,7 @@ class _OnDevice:
         self.device = device
         self.kernels = kernels
         self.shared_allowed: dict[Kernel, int] = {}  # dynamic shared memory each kernel is allowed, above 48 KB
+        self.prepared: dict[tuple, PreparedLaunch] = {}  # (shape, scalars) -> the launch, packed once
 
 
 class ExportedKernel:
@@ -83,6 +87,14 @@ class ExportedKernel:
         self.tensors = [a for a in self.spec.args if a.role != "scalar"]
         self.carriers = shape_args(self.spec)
         self.dtype = self.table.dtype
+        # Everything a call reads from the spec, parsed once (a call parses nothing): the scalars the
+        # caller passes, where each symbol comes from, each tensor's sizes as expressions.
+        self.given = [a.name for a in caller_scalars(self.spec)]
+        self._from_tensors = tensor_symbols(self.spec)
+        self._dims = [[Expression(d) for d in a.shape] for a in self.tensors]
+        self._elem_bytes = numpy_dtype(self.dtype).itemsize
+        self._sizes: dict[tuple, list[tuple[int, ...]]] = {}  # shape -> each tensor's sizes there
+        self._values: dict[tuple, dict[str, np.generic]] = {}  # (shape, given scalars) -> every scalar, converted
         self._devices: dict[int, _OnDevice] = {}
         self._plans: dict[tuple, Launch] = {}
         self._lock = threading.Lock()
@@ -155,30 +167,35 @@ class ExportedKernel:
         consumer = -1 if ordered else handle
         views = [interop.view(t, consumer, what=f"{self.name} argument {a.name}") for t, a in zip(tensors, self.tensors)]
         index = self._check_devices(views)
-        shape = self._shape(views)
-        values = self._scalars(shape, scalars)
-        if all(np.prod(v.shape) == 0 for v, a in zip(views, self.tensors) if a.role != "in"):
+        shape, values = self._shape_and_scalars(views, scalars)
+        if all(math.prod(v.shape) == 0 for v, a in zip(views, self.tensors) if a.role != "in"):
             return Launch(None, "", {}, "every output is empty: nothing to compute", (), (), 0, True)
         on = self._on(index)
         props = on.device.properties
         launch = self.plan(shape, props.multiprocessors, props.arch)
-        args, tensor_views = [], iter(views)
-        for arg in self.spec.args:
-            if arg.role == "scalar":
-                args.append(values[arg.name])
-            else:
-                v = next(tensor_views)
-                args.append(DeviceBuffer.view(v.ptr, v.nbytes))
+        key = (tuple(shape.values()), tuple(values.values()))
         with _current(on.device):  # loading, attributes and the launch belong to the tensors' GPU
-            kernel = self._kernel(on, launch, shape)
-            if launch.shared_bytes > on.shared_allowed.get(kernel, STATIC_SHARED_LIMIT):
-                on.device.set_dynamic_shared(kernel, launch.shared_bytes)
-                on.shared_allowed[kernel] = launch.shared_bytes
+            prepared = on.prepared.get(key)
+            if prepared is None:
+                prepared = self._prepare(on, launch, shape, values)
             _wait_for_producers(views, handle)
             from cuda.bindings import driver
 
-            on.device.launch(kernel, launch.grid, launch.block, args, launch.shared_bytes, driver.CUstream(handle))
+            prepared([v.ptr for v in views], driver.CUstream(handle))
         return launch
+
+    def _prepare(self, on: _OnDevice, launch: Launch, shape: dict[str, int], values: dict) -> PreparedLaunch:
+        """The launch at `shape` with `values`, packed once: the kernel loaded, its shared memory
+        allowed, its scalars in place and a slot for each pointer."""
+        kernel = self._kernel(on, launch, shape)
+        if launch.shared_bytes > on.shared_allowed.get(kernel, STATIC_SHARED_LIMIT):
+            on.device.set_dynamic_shared(kernel, launch.shared_bytes)
+            on.shared_allowed[kernel] = launch.shared_bytes
+        slot = DeviceBuffer.view(0, 1)  # each tensor's pointer is written at the call
+        args = [values[a.name] if a.role == "scalar" else slot for a in self.spec.args]
+        prepared = on.device.prepare(kernel, launch.grid, launch.block, args, launch.shared_bytes)
+        with self._lock:
+            return on.prepared.setdefault((tuple(shape.values()), tuple(values.values())), prepared)
 
     def _kernel(self, on: _OnDevice, launch: Launch, shape: dict[str, int]) -> Kernel:
         if launch.kernel is not None:
@@ -206,9 +223,9 @@ class ExportedKernel:
             raise LaunchArgumentError(f"{self.name}: the tensors are on different GPUs ({sorted(indices)})")
         return indices.pop()
 
-    def _shape(self, views) -> dict[str, int]:
-        """The shape symbols read from the tensors, every dimension and property checked."""
-        shape: dict[str, int] = {}
+    def _shape_and_scalars(self, views, given: dict) -> tuple[dict[str, int], dict[str, np.generic]]:
+        """The shape (each symbol from its tensor dimension, else from the scalar the caller gave
+        for it) and every scalar argument converted, each tensor's type, sizes and layout checked."""
         for v, arg in zip(views, self.tensors):
             expected_dtype = self.dtype if arg.dtype == "T" else arg.dtype
             if v.dtype != expected_dtype:
@@ -216,18 +233,34 @@ class ExportedKernel:
             if len(v.shape) != len(arg.shape):
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} has {len(v.shape)} dimensions; it takes "
                                           f"{len(arg.shape)} [{', '.join(arg.shape)}]")
-            for size, expression in zip(v.shape, arg.shape):
-                symbol = expression.strip()
-                if symbol in self.spec.symbols and shape.setdefault(symbol, size) != size:
-                    raise LaunchArgumentError(f"{self.name} argument {arg.name}: {symbol} = {size} here, but "
-                                              f"{shape[symbol]} in an earlier argument")
-        missing = [s for s in self.spec.symbols if s not in shape]
-        if missing:
-            raise LaunchArgumentError(f"{self.name}: no tensor dimension gives {', '.join(missing)}")
-        env = {**shape, "ELEM_BYTES": numpy_dtype(self.dtype).itemsize}
-        for v, arg in zip(views, self.tensors):
-            want = tuple(int(Expression(d)(env)) for d in arg.shape)
-            if tuple(v.shape) != want:
+        if unknown := set(given) - set(self.carriers.values()) - set(self.given):
+            raise LaunchArgumentError(f"{self.name} has no scalar {', '.join(sorted(unknown))}; give "
+                                      f"{', '.join(self.given) or 'none'} (the tensors give the rest)")
+        if missing := [name for name in self.given if name not in given]:
+            first = next(a for a in self.spec.args if a.name == missing[0])
+            raise LaunchArgumentError(f"{self.name} needs {missing[0]}= (the tuned runs used {first.value})")
+        positions = {a.name: i for i, a in enumerate(self.tensors)}
+        shape = {}
+        for symbol in self.spec.symbols:
+            if symbol in self._from_tensors:
+                name, dim = self._from_tensors[symbol]
+                shape[symbol] = views[positions[name]].shape[dim]
+            else:
+                value = given[self.carriers[symbol]]
+                if not isinstance(value, (int, np.integer)) or not 1 <= value <= 2**31 - 1:
+                    raise LaunchArgumentError(f"{self.name}: {self.carriers[symbol]}={value!r} must be a positive int")
+                shape[symbol] = int(value)
+        for symbol, name in self.carriers.items():  # a scalar the tensors give may be passed, if it agrees
+            if name in given and name not in self.given and given[name] != shape[symbol]:
+                raise LaunchArgumentError(f"{self.name}: {name}={given[name]}, but the tensors say {shape[symbol]}")
+        key = tuple(shape.values())
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            env = {**shape, "ELEM_BYTES": self._elem_bytes}
+            sizes = [tuple(int(d(env)) for d in dims) for dims in self._dims]
+            self._sizes[key] = sizes
+        for v, arg, want in zip(views, self.tensors, sizes):
+            if v.shape != want:
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} has shape {tuple(v.shape)}; with "
                                           f"{', '.join(f'{s} = {n}' for s, n in shape.items())} it must be {want} "
                                           f"[{', '.join(arg.shape)}]")
@@ -239,28 +272,28 @@ class ExportedKernel:
                                           "aligned (a slice?); the kernel loads 16-byte vectors")
             if v.readonly and arg.role != "in":
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} is read-only, but the kernel writes it")
-        return shape
+        values_key = (key, tuple((type(given[name]), given[name]) for name in self.given))
+        try:
+            values = self._values.get(values_key)
+        except TypeError:  # a value that cannot be a key (a list): _scalars names it
+            values, values_key = None, None
+        if values is None:
+            values = self._scalars(shape, given)
+            if values_key is not None:
+                with self._lock:
+                    self._values[values_key] = values
+        return shape, values
 
     def _scalars(self, shape: dict[str, int], given: dict) -> dict[str, np.generic]:
         carried = {name: symbol for symbol, name in self.carriers.items()}
-        known = {a.name for a in self.spec.args if a.role == "scalar"}
-        unknown = set(given) - known
-        if unknown:
-            raise LaunchArgumentError(f"{self.name} has no scalar {', '.join(sorted(unknown))}; its scalars: "
-                                      f"{', '.join(sorted(known))}")
         values = {}
         for arg in self.spec.args:
             if arg.role != "scalar":
                 continue
-            if arg.name in carried:
-                value = shape[carried[arg.name]]
-                if arg.name in given and int(given[arg.name]) != value:
-                    raise LaunchArgumentError(f"{self.name}: {arg.name}={given[arg.name]}, but the tensors say {value}")
-            elif arg.name in given:
-                value = given[arg.name]
-            else:
-                raise LaunchArgumentError(f"{self.name} needs {arg.name}= (the tuned runs used {arg.value})")
+            value = given[arg.name] if arg.name in self.given else shape[carried[arg.name]]
             try:
+                if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
+                    raise TypeError("not one number")
                 converted = numpy_dtype(arg.dtype).type(value)
             except (OverflowError, TypeError, ValueError) as exc:
                 raise LaunchArgumentError(f"{self.name}: {arg.name}={value!r} is not a {arg.dtype}: {exc}") from None

@@ -411,32 +411,37 @@ def test_callable_checks_each_argument(exported):
     """The checks run before any GPU work, so they are exercised here on described tensors."""
     rms = load_callable(exported["rmsnorm"])
     x, w, out = _view((4, 4096)), _view((4096,)), _view((4, 4096))
-    assert rms._shape([x, w, out]) == {"T": 4, "H": 4096}
+    eps = {"eps": 1e-5}
+    assert rms._shape_and_scalars([x, w, out], eps) == (
+        {"T": 4, "H": 4096}, {"eps": np.float32(1e-5), "tokens": 4, "hidden": 4096})
     cases = [
         ([_view((4, 4096), "fp16"), w, out], "argument x is fp16; this export takes bf16"),
-        ([x, _view((4095,)), out], "argument w: H = 4095 here, but 4096 in an earlier argument"),
+        ([x, _view((4095,)), out], r"argument w has shape \(4095,\); with T = 4, H = 4096 it must be \(4096,\)"),
         ([x, w, _view((4, 4096), strides=(1, 4))], "argument out is not contiguous"),
         ([x, _view((4096,), ptr=(1 << 20) + 2), out], "not 16-byte aligned"),
         ([x, w, _view((4, 4096), readonly=True)], "argument out is read-only"),
         ([_view((4, 4096, 1)), w, out], "argument x has 3 dimensions; it takes 2"),
-        ([x, w, _view((5, 4096))], "T = 5 here, but 4 in an earlier argument"),
+        ([x, w, _view((5, 4096))], r"argument out has shape \(5, 4096\); with T = 4"),
     ]
     for views, message in cases:
         with pytest.raises(LaunchArgumentError, match=message):
-            rms._shape(views)
-    assert rms._scalars({"T": 4, "H": 4096}, {"eps": 1e-5}) == {"eps": np.float32(1e-5), "tokens": 4, "hidden": 4096}
+            rms._shape_and_scalars(views, eps)
     with pytest.raises(LaunchArgumentError, match="needs eps="):
-        rms._scalars({"T": 4, "H": 4096}, {})
+        rms._shape_and_scalars([x, w, out], {})
     with pytest.raises(LaunchArgumentError, match="has no scalar epsilon"):
-        rms._scalars({"T": 4, "H": 4096}, {"epsilon": 1e-6})
+        rms._shape_and_scalars([x, w, out], {"epsilon": 1e-6})
     with pytest.raises(LaunchArgumentError, match="tokens=3, but the tensors say 4"):
-        rms._scalars({"T": 4, "H": 4096}, {"eps": 1e-6, "tokens": 3})
+        rms._shape_and_scalars([x, w, out], {"eps": 1e-6, "tokens": 3})
+    with pytest.raises(LaunchArgumentError, match=r"eps=\[1\] is not a fp32"):
+        rms._shape_and_scalars([x, w, out], {"eps": [1]})
+    # the second call at a shape reads what the first worked out: the same answer, nothing parsed
+    assert rms._shape_and_scalars([x, w, out], eps)[1] is rms._shape_and_scalars([x, w, out], eps)[1]
     with pytest.raises(LaunchArgumentError, match="takes 3 tensors"):
         rms(object(), object())
     silu = load_callable(exported["silu_and_mul"])
-    assert silu._shape([_view((3, 2000)), _view((3, 1000))]) == {"T": 3, "D": 1000}
+    assert silu._shape_and_scalars([_view((3, 2000)), _view((3, 1000))], {})[0] == {"T": 3, "D": 1000}
     with pytest.raises(LaunchArgumentError, match=r"argument x has shape \(3, 2001\)"):
-        silu._shape([_view((3, 2001)), _view((3, 1000))])
+        silu._shape_and_scalars([_view((3, 2001)), _view((3, 1000))], {})
     with pytest.raises(export_format.ExportError, match="no export.json"):
         load_callable(exported["rmsnorm"].parent)
 

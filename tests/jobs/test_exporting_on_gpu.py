@@ -34,6 +34,9 @@ CASES = {  # covered shapes (tuned, odd) and, for merge_attn_states, a head size
     "fused_add_rmsnorm": [{"T": 16, "H": 4096}, {"T": 2048, "H": 8192}, {"T": 3, "H": 20000}],  # baseline; 80 KB shared
     "silu_and_mul": [{"T": 16, "D": 4096}, {"T": 3, "D": 1002}, {"T": 64, "D": 8192}],
     "merge_attn_states": [{"N": 512, "HD": 40, "D": 128}, {"N": 5, "HD": 8, "D": 128}, {"N": 64, "HD": 8, "D": 88}],
+    "rotary_embedding": [{"N": 16, "HQ": 32, "HK": 8, "D": 128, "R": 128, "P": 4096},  # tuned; then odd
+                         {"N": 37, "HQ": 5, "HK": 1, "D": 128, "R": 64, "P": 4096},
+                         {"N": 33, "HQ": 7, "HK": 3, "D": 72, "R": 72, "P": 1000}],
 }
 UNCOVERED = {("merge_attn_states", "64x8x88")}
 
@@ -69,8 +72,8 @@ class Case:
                 self.tensors[p.name] = torch.full(p.shape, float("nan"), dtype=TORCH_DTYPES[p.dtype], device="cuda")
             else:
                 self.tensors[p.name] = peers.to_torch(self.inputs[p.name], "cuda")
-        carried = set(export_format.shape_args(self.folder.spec).values())
-        self.scalars = {p.name: p.value for p in self.problem.params if not p.is_buffer and p.name not in carried}
+        given = {a.name for a in export_format.caller_scalars(self.folder.spec)}
+        self.scalars = {p.name: p.value for p in self.problem.params if not p.is_buffer and p.name in given}
         self.label = f"{kernel} {self.folder.spec.label(shape)}"
 
     @property
@@ -182,6 +185,9 @@ def _c_launch(lib, kernel: str, case: Case) -> int:
         else:
             argtypes.append(ctypes.c_void_p)
             values.append(ctypes.c_void_p(case.tensors[arg.name].data_ptr()))
+    for symbol in export_format.shape_params(case.folder.spec):  # sizes only a tensor gives (rotary's P)
+        argtypes.append(ctypes.c_int)
+        values.append(ctypes.c_int(case.shape[symbol]))
     launch.argtypes = [*argtypes, ctypes.c_void_p]
     launch.restype = ctypes.c_int
     return launch(*values, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
@@ -237,6 +243,8 @@ def test_guide_drop_in_runs_the_exported_kernel(folders, kernel, via):
         assert drop_in(t["x"], t["residual"], t["w"], 1e-6) is None
     elif kernel == "silu_and_mul":
         t["out"].copy_(drop_in(t["x"]))
+    elif kernel == "rotary_embedding":
+        assert drop_in(t["positions"], t["q"], t["k"], case.shape["D"], t["cos_sin_cache"], True) is None
     else:
         v, s = drop_in(t["va"], t["sa"], t["vb"], t["sb"])
         t["v"].copy_(v)

@@ -21,6 +21,8 @@ SCHEMAS = {
     "silu_and_mul": "silu_and_mul_bf16(Tensor x, Tensor(a!) out) -> ()",
     "merge_attn_states": "merge_attn_states_bf16(Tensor va, Tensor sa, Tensor vb, Tensor sb, Tensor(a!) v, "
                          "Tensor(b!) s) -> ()",
+    "rotary_embedding": "rotary_embedding_bf16(Tensor positions, Tensor(a!) q, Tensor(b!) k, Tensor cos_sin_cache, "
+                        "int num_q_heads, int num_k_heads, int head_dim) -> ()",
 }
 
 
@@ -42,6 +44,32 @@ def test_each_op_takes_the_specs_tensors_and_the_scalars_the_shape_does_not_give
         if arg.role != "scalar":
             assert f"ASTRA_TENSOR({arg.name}, " in text
     assert "at::cuda::getCurrentCUDAStream()" in text
+
+
+def test_a_size_the_tensors_hold_only_as_a_product_comes_from_its_scalar_and_an_uncarried_one_is_passed_on(tmp_path):
+    """rotary_embedding: q[N, HQ * D] gives neither HQ nor D, so the op takes num_q_heads, num_k_heads and
+    head_dim (checked positive, then against every tensor's sizes); no scalar carries the cache length P,
+    so the .cu's launch takes it as an argument of its own, after the kernel's, and the op passes the
+    cache's row count there."""
+    folder = suite.load("rotary_embedding")
+    source = cuda_file.resolve_source(None, "h200", "rotary_embedding")
+    text = torch_op.render(source.table, folder)
+    for line in ("ASTRA_SYMBOL(sym_N, positions, 0);", "ASTRA_GIVEN(sym_HQ, num_q_heads);",
+                 "ASTRA_GIVEN(sym_HK, num_k_heads);", "ASTRA_GIVEN(sym_D, head_dim);",
+                 "ASTRA_SYMBOL(sym_R, cos_sin_cache, 1);", "ASTRA_SYMBOL(sym_P, cos_sin_cache, 0);",
+                 "ASTRA_SIZE(q, 1, ax_mul(err, sym_HQ, sym_D));"):
+        assert line in text, line
+    launch = re.search(r"rotary_embedding_launch\((.*), at::cuda::getCurrentCUDAStream\(\)\)", text).group(1)
+    assert launch.endswith("static_cast<int>(sym_R), static_cast<int>(sym_P)"), launch
+    cuda_file.export(source, tmp_path / "out")
+    header = (tmp_path / "out" / "rotary_embedding.h").read_text()
+    assert "int rotary_dim, int P, cudaStream_t stream);" in header
+    cu = (tmp_path / "out" / "rotary_embedding.cu").read_text()
+    assert "int rotary_dim, int P, cudaStream_t stream) {" in cu
+    assert "(ax_int)nnz, (ax_int)num_q_heads, (ax_int)num_k_heads, (ax_int)head_dim, (ax_int)rotary_dim, (ax_int)P" in cu
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "P: an argument of its own, after the others" in readme
+    assert "num_q_heads=HQ, num_k_heads=HK, head_dim=D)" in (tmp_path / "out" / "rotary_embedding_launch.py").read_text()
 
 
 def test_an_fp16_table_makes_an_op_of_its_own_name_and_types():
@@ -133,3 +161,22 @@ def test_the_build_compiles_each_flag_group_and_the_op_then_links_once_and_is_ca
     assert len(compiles) == len(manifest["groups"]) and all("-arch=sm_90" in c for c in compiles)
     assert sum(" -c rmsnorm_torch.cpp " in f" {c} " for c in calls) == 1
     assert sum(c.startswith("-shared ") for c in calls) == 1 and len(calls) == len(compiles) + 2
+
+
+def test_a_shape_no_argument_can_give_is_refused_by_name():
+    """A symbol neither a tensor dimension nor a scalar gives, and a symbol named like an argument,
+    are one-line export errors."""
+    from types import SimpleNamespace
+
+    from astra_kernels.runtime.export_format import ExportError, caller_scalars, shape_params
+
+    def arg(name, role, shape=(), value=""):
+        return SimpleNamespace(name=name, role=role, shape=list(shape), value=value, dtype="int32")
+
+    product_only = SimpleNamespace(name="k", symbols=["T", "H", "D"],
+                                   args=[arg("x", "in", ["T", "H * D"]), arg("heads", "scalar", value="H")])
+    with pytest.raises(ExportError, match="k: neither a tensor dimension nor a scalar argument gives D"):
+        caller_scalars(product_only)
+    clash = SimpleNamespace(name="k", symbols=["T", "x"], args=[arg("x", "in", ["T", "x"])])
+    with pytest.raises(ExportError, match="shape symbol x is also an argument's name"):
+        shape_params(clash)

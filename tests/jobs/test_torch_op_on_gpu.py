@@ -12,7 +12,7 @@ from astra_kernels.kernels_sglang import suite, tuned_tables
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
-KERNELS = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "merge_attn_states")
+KERNELS = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "merge_attn_states", "rotary_embedding")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,9 @@ def ops(tmp_path_factory):
     found = {}
     for kernel in KERNELS:
         out = tmp_path_factory.mktemp(kernel)
-        cuda_file.export(cuda_file.resolve_source(None, kind, kernel), out)
+        # rotary_embedding is tuned for the H200 only: its table runs anywhere (the pick reads the GPU)
+        table_kind = kind if kernel in tuned_tables.shipped_kernels(kind, "cold") else "h200"
+        cuda_file.export(cuda_file.resolve_source(None, table_kind, kernel), out)
         found[kernel] = (torch_op.load(out), load_callable(out))
     return found
 
@@ -38,10 +40,10 @@ def shapes(kernel):
 
 
 def call_both(kernel, ops, shape, seed=0):
-    from astra_kernels.runtime.torch_op_cases import arguments
+    from astra_kernels.jobs.torch_tensors import op_arguments
 
     op, callable_ = ops[kernel]
-    tensors, scalars = arguments(kernel, "bf16", shape, seed=seed)
+    tensors, scalars = op_arguments(kernel, "bf16", shape, seed=seed)
     copies = [t.clone() for t in tensors]
     op(*tensors, **scalars)
     callable_(*copies, **scalars)
@@ -59,13 +61,13 @@ def test_the_op_writes_what_the_python_callable_writes(ops, kernel):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_the_op_is_captured_into_a_cuda_graph_and_traced_whole_by_torch_compile(ops, kernel):
-    from astra_kernels.runtime.torch_op_cases import arguments
+    from astra_kernels.jobs.torch_tensors import op_arguments
 
     op, _ = ops[kernel]
     shape = shapes(kernel)[0]
-    eager, scalars = arguments(kernel, "bf16", shape, seed=1)
+    eager, scalars = op_arguments(kernel, "bf16", shape, seed=1)
     op(*eager, **scalars)
-    graphed, _ = arguments(kernel, "bf16", shape, seed=1)
+    graphed, _ = op_arguments(kernel, "bf16", shape, seed=1)
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -75,7 +77,7 @@ def test_the_op_is_captured_into_a_cuda_graph_and_traced_whole_by_torch_compile(
     with torch.cuda.graph(graph):
         op(*graphed, **scalars)
     graph.replay()
-    compiled_args, _ = arguments(kernel, "bf16", shape, seed=1)
+    compiled_args, _ = op_arguments(kernel, "bf16", shape, seed=1)
     torch._dynamo.reset()
     compiled = torch.compile(lambda *t: op(*t, **scalars), fullgraph=True)  # a graph break raises
     compiled(*compiled_args)
@@ -85,10 +87,10 @@ def test_the_op_is_captured_into_a_cuda_graph_and_traced_whole_by_torch_compile(
 
 
 def test_bad_input_is_one_line_naming_the_argument(ops):
-    from astra_kernels.runtime.torch_op_cases import arguments
+    from astra_kernels.jobs.torch_tensors import op_arguments
 
     op, _ = ops["rmsnorm"]
-    (x, w, out), scalars = arguments("rmsnorm", "bf16", {"T": 16, "H": 4096})
+    (x, w, out), scalars = op_arguments("rmsnorm", "bf16", {"T": 16, "H": 4096})
     misaligned = torch.empty(16 * 4096 + 8, dtype=torch.bfloat16, device="cuda")[1:1 + 16 * 4096].view(16, 4096)
     cases = [((x.float(), w, out), "argument x is Float"), ((x.cpu(), w, out), "argument x is on cpu"),
              ((x, w[:2048], out), "argument w has shape"), ((x.t().contiguous().t(), w, out), "argument x is not contiguous"),
@@ -98,3 +100,21 @@ def test_bad_input_is_one_line_naming_the_argument(ops):
             op(*tensors, **scalars)
         first = str(caught.value).splitlines()[0]
         assert words in first and first.startswith("rmsnorm: "), first
+
+
+def test_a_size_given_as_a_scalar_is_checked_against_the_tensors(ops):
+    """rotary_embedding's head counts and head size come from its scalars (q holds HQ * D only as a
+    product): a count that does not fit q, or is not positive, is one line naming it."""
+    from astra_kernels.jobs.torch_tensors import op_arguments
+
+    op, callable_ = ops["rotary_embedding"]
+    tensors, scalars = op_arguments("rotary_embedding", "bf16", {"N": 16, "HQ": 32, "HK": 8, "D": 128, "R": 128,
+                                                                 "P": 4096})
+    assert set(scalars) == {"num_q_heads", "num_k_heads", "head_dim"}
+    for wrong, words in (({"num_q_heads": 16}, "argument q has shape"), ({"head_dim": 0}, "head_dim = 0 must be")):
+        with pytest.raises(RuntimeError) as caught:
+            op(*tensors, **{**scalars, **wrong})
+        first = str(caught.value).splitlines()[0]
+        assert words in first and first.startswith("rotary_embedding: "), first
+    with pytest.raises(Exception, match="argument q has shape"):
+        callable_(*tensors, **{**scalars, "num_q_heads": 16})

@@ -52,3 +52,32 @@ def test_argument_width_and_kind_are_checked():
         k.pack_args([np.uint64(0), np.uint64(0), np.float64(5)])
     holders, pointers = k.pack_args([np.uint64(1), np.uint64(2), np.uint64(3)])
     assert len(pointers) == 3 and [int(h[0]) for h in holders] == [1, 2, 3]
+
+
+def test_a_prepared_launch_packs_once_and_writes_each_calls_pointers(monkeypatch):
+    """PreparedLaunch: the scalars packed once; each call writes its pointers into the same
+    parameter array and hands the driver that array (checked here with a stand-in driver)."""
+    import ctypes
+
+    from astra_kernels.tools.toolchain import device as device_module
+    from astra_kernels.tools.toolchain.device import DeviceBuffer, PreparedLaunch
+
+    seen = []
+
+    class Driver:
+        def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            pointers = (ctypes.c_void_p * 3).from_address(params)
+            seen.append(((gx, gy, gz, bx, by, bz, shared, stream),
+                         [ctypes.c_uint64.from_address(p).value for p in pointers]))
+            return (0,)
+
+    monkeypatch.setattr(device_module.cu, "api", lambda: Driver())
+    monkeypatch.setattr(device_module, "check", lambda result, what: None)
+    slot = DeviceBuffer.view(0, 1)
+    launch = PreparedLaunch(_kernel(), (4, 1, 1), (128, 1, 1), [slot, slot, np.uint64(77)], 0)
+    launch([0x1000, 0x2000], 5)
+    launch([0x3000, 0x4000], 6)
+    assert seen == [((4, 1, 1, 128, 1, 1, 0, 5), [0x1000, 0x2000, 77]), ((4, 1, 1, 128, 1, 1, 0, 6), [0x3000, 0x4000, 77])]
+    with pytest.raises(ValueError):  # a call with the wrong number of pointers launches nothing
+        launch([0x1000], 7)
+    assert len(seen) == 2

@@ -7,6 +7,7 @@ only CUDA context; a fault poisons that context, and the worker is what gets rep
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -295,6 +296,17 @@ class Device:
             f"launch {kernel.name}",
         )
 
+    def prepare(self, kernel: Kernel, grid, block, args, shared: int = 0) -> "PreparedLaunch":
+        """`launch`'s checks and argument packing done once for a caller that launches the same
+        kernel at the same geometry and scalars again and again, on other pointers each time."""
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        threads = block[0] * block[1] * block[2]
+        if threads > self.properties.max_threads_per_block:
+            raise LaunchArgumentError(
+                f"block of {threads} threads exceeds the device's {self.properties.max_threads_per_block}"
+            )
+        return PreparedLaunch(kernel, grid, block, args, int(shared))
+
     def synchronize(self, stream=None) -> None:
         check(cu.api().cuStreamSynchronize(stream if stream is not None else self.stream), "synchronize")
 
@@ -302,6 +314,30 @@ class Device:
         buf = DeviceBuffer(array.nbytes)
         buf.upload(array)
         return buf
+
+
+class PreparedLaunch:
+    """One kernel at one geometry with its scalar arguments fixed: cuLaunchKernel's parameter array
+    is built once, and a call writes that call's pointers into it. The driver copies the parameters
+    when the launch is enqueued, so the next call may overwrite them; the lock keeps two threads from
+    writing between each other's write and launch. Why: an exported kernel's Python callable runs the
+    same pick at every step of a server, and rebuilding the array was most of its host time."""
+
+    def __init__(self, kernel: Kernel, grid: tuple, block: tuple, args, shared: int):
+        self.kernel = kernel
+        self._holders, self._pointers = kernel.pack_args(args)
+        self._slots = [h for h, a in zip(self._holders, args) if isinstance(a, DeviceBuffer)]
+        self._launch_args = (kernel.function, *grid, *block, shared)
+        self._params = int(self._pointers.ctypes.data)  # the array lives as long as this object
+        self._lock = threading.Lock()
+
+    def __call__(self, pointers, stream) -> None:
+        """Launch on `pointers` (one per buffer argument, in order) on `stream`."""
+        with self._lock:
+            for slot, pointer in zip(self._slots, pointers, strict=True):
+                slot[0] = pointer
+            check(cu.api().cuLaunchKernel(*self._launch_args, stream, self._params, 0),
+                  f"launch {self.kernel.name}")
 
 
 def _pdl_config(grid, block, shared: int, stream):

@@ -41,7 +41,8 @@ from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
 from astra_kernels.runtime.export_format import (
-    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, c_signature, shape_args, torch_op_file,
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, c_signature, launch_signature, shape_args,
+    torch_op_file,
 )
 from . import torch_op
 
@@ -453,7 +454,8 @@ def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command,
     out += ["// Under NVRTC the device part compiles alone: __CUDACC_RTC__ hides the host code.",
             "//",
             "// Host API (C linkage):",
-            f"//   cudaError_t {k}_launch({', '.join(f'{t} {n}' for t, n in signature)}, cudaStream_t stream);",
+            f"//   cudaError_t {k}_launch({', '.join(f'{t} {n}' for t, n in launch_signature(spec, table.dtype))}, "
+            "cudaStream_t stream);",
             f"//     picks the kernel for the shape ({', '.join(f'{s} = {a}' for s, a in shape_args(spec).items())})"
             " as the dispatch table does, on the",
             "//     current device, and launches it on `stream`; on failure "
@@ -607,7 +609,7 @@ def render_header(table: DispatchTable, folder: suite.KernelFolder) -> str:
     """`<kernel>.h`: the host API of `<kernel>.cu` for the other files of a program."""
     k = table.kernel
     np_, nd = plan_array_sizes(table)
-    params = ", ".join(f"{t} {n}" for t, n in c_signature(folder.spec, table.dtype))
+    params = ", ".join(f"{t} {n}" for t, n in launch_signature(folder.spec, table.dtype))
     lines = [f"// {k}.h: the host API of {k}.cu (its header comment says what each function does).",
              "#pragma once", "#include <cuda_runtime.h>", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"]
     if any(t.startswith("__nv_fp8") for t, _ in c_signature(folder.spec, table.dtype)):
@@ -630,7 +632,7 @@ def _values(config: dict[str, int], names: list[str]) -> str:
 def _c_api(table, folder, signature, carriers, host) -> list[str]:
     spec = folder.spec
     k = table.kernel
-    params = ", ".join(f"{t} {n}" for t, n in signature)
+    params = ", ".join(f"{t} {n}" for t, n in launch_signature(spec, table.dtype))
     shape = ", ".join(f"(ax_int){carriers[s]}" for s in spec.symbols)
     out = [f'extern "C" const char* {k}_last_error(void) {{ return {host}::last_error; }}', "",
            f'extern "C" int {k}_pick(const long long* shape, int sms, int sm, {k}_plan* plan) {{',

@@ -20,7 +20,9 @@ from astra_kernels.tools.toolchain.dtypes import FLOAT_TYPES
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchTable
-from astra_kernels.runtime.export_format import ExportError, c_signature, op_name, shape_args
+from astra_kernels.runtime.export_format import (
+    ExportError, c_signature, caller_scalars, op_name, shape_args, shape_params, tensor_symbols,
+)
 from ..generated_files import fill
 
 # PyTorch's ScalarType for each dtype a spec may name
@@ -31,12 +33,12 @@ TORCH_SCALAR_TYPES = {"bf16": "at::kBFloat16", "fp16": "at::kHalf", "fp32": "at:
 
 def schema(folder: suite.KernelFolder, dtype: str) -> str:
     """The op's schema, e.g. `rmsnorm_bf16(Tensor x, Tensor w, Tensor(a!) out, float eps) -> ()`."""
-    carried = set(shape_args(folder.spec).values())
+    given = {a.name for a in caller_scalars(folder.spec)}
     aliases = iter("abcdefghijklmnopqrstuvwxyz")
     parts = []
     for arg in folder.spec.args:
         if arg.role == "scalar":
-            if arg.name not in carried:
+            if arg.name in given:
                 parts.append(f"{'float' if arg.dtype in FLOAT_TYPES else 'int'} {arg.name}")
         elif arg.role == "in":
             parts.append(f"Tensor {arg.name}")
@@ -59,10 +61,11 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
     def symbol_var(symbol: str) -> str:
         return f"sym_{symbol}"
 
+    given = {a.name for a in caller_scalars(spec)}
     params, checks, launch = [], [], []
     for (ctype, name), arg in zip(c_signature(spec, dtype), spec.args):
         if arg.role == "scalar":
-            if name in carried:
+            if name not in given:
                 launch.append(f"static_cast<int>({symbol_var(carried[name])})")
             else:
                 params.append(f"{'double' if arg.dtype in FLOAT_TYPES else 'int64_t'} {name}")
@@ -70,17 +73,17 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
         else:
             params.append(f"const at::Tensor& {name}")
             launch.append(f"reinterpret_cast<{ctype}>({name}.data_ptr())")
+    launch += [f"static_cast<int>({symbol_var(symbol)})" for symbol in shape_params(spec)]
     for arg in tensors:
         arg_dtype = dtype if arg.dtype == "T" else arg.dtype
         checks.append(f"    ASTRA_TENSOR({arg.name}, {TORCH_SCALAR_TYPES[arg_dtype]}, {len(arg.shape)});")
-    known: set[str] = set()
-    for arg in tensors:  # each symbol from the first dimension that is the symbol itself
-        for dim, text in enumerate(arg.shape):
-            if text.strip() in spec.symbols and text.strip() not in known:
-                known.add(text.strip())
-                checks.append(f"    ASTRA_SYMBOL({symbol_var(text.strip())}, {arg.name}, {dim});")
-    if missing := [s for s in spec.symbols if s not in known]:
-        raise ExportError(f"{folder.name}: no tensor dimension gives {', '.join(missing)}")
+    from_tensors = tensor_symbols(spec)
+    for symbol in spec.symbols:  # from the first dimension that is the symbol itself, else its scalar
+        if symbol in from_tensors:
+            name, dim = from_tensors[symbol]
+            checks.append(f"    ASTRA_SYMBOL({symbol_var(symbol)}, {name}, {dim});")
+        else:
+            checks.append(f"    ASTRA_GIVEN({symbol_var(symbol)}, {carriers[symbol]});")
     for arg in tensors:
         for dim, text in enumerate(arg.shape):
             checks.append(f"    ASTRA_SIZE({arg.name}, {dim}, {to_cpp(Expression(text), symbol_var)});")
