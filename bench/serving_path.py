@@ -4,27 +4,30 @@ issue 40's end-to-end measure of what a serving engine gets from the exported ke
 The layer (Llama 3 8B's sizes: hidden 4096, intermediate 14336, 32 query and 8 KV heads of 128):
 
     x, residual = fused_add_rmsnorm(x, residual, w_in)        # input norm
-    q, k, v = split(x @ W_qkv);  rope(q, k)                    # rotary: PyTorch's, in every variant
+    q, k, v = split(x @ W_qkv);  rope(positions, q, k)         # q and k made contiguous first
     a = SDPA(q, k, v, causal)                                  # torch; K, V repeated per query head
     x, residual = fused_add_rmsnorm(a @ W_o, residual, w_post) # post-attention norm
     x = silu_and_mul(x @ W_gate_up) @ W_down                   # the MLP
 
 with the T tokens as one causal sequence (prefill-shaped at many tokens, decode-sized GEMMs at few).
-The suite's two ops come either from the exported kernels registered as PyTorch ops
-(runtime/torch_op.py: `astra`), or in SGLang's own PyTorch forms (`RMSNorm.forward_native`,
-`SiluAndMul.forward_native`: each kernel's peer.py, `native`). Measured per token count:
+The suite's three ops come either from the exported kernels registered as PyTorch ops
+(runtime/torch_op.py: `astra`; the shipped tables of this GPU's kind, or the H200's where only it
+has one), or in SGLang's own PyTorch forms (`forward_native`: each kernel's peer.py, `native`).
+Measured per token count, each the median of ROUNDS rounds with their range kept:
 
 - eager: the layer called back to back (wall time per call: host and device, whichever is longer);
 - graph: the layer captured once in a CUDA graph and replayed (device time; what decode pays);
 - compile: the layer under torch.compile (its default mode, automatic dynamic shapes, as a user
   writes it) called eagerly, and `graph+compile`: the compiled layer captured in a CUDA graph;
-- ops: the three suite calls alone in a CUDA graph, for their share of the layer.
+- ops: the suite's calls alone in a CUDA graph, for their share of the layer.
 
 Each variant's output is compared with the native eager layer's (bf16, the same weights); a run
-whose astra layer disagrees says so in its JSON. Nothing here is asserted: a benchmark, not a test.
+whose astra layer disagrees says so in its JSON. The report counts issue 40's comparisons as faster
+or slower only where the two points' ranges do not overlap. Nothing here is asserted: a benchmark,
+not a test.
 
-    python3 -P bench/serving_path.py --out DIR [--tokens 1,16,256,4096]   # on a GPU: layer.json, layer.md, layer.svg
-    python3 bench/serving_path.py --from DIR/layer.json --out DIR          # the table and chart again, no GPU
+    python3 -P bench/serving_path.py --out DIR [--tokens 1,16,256,4096] [--profile 4]   # on a GPU
+    python3 bench/serving_path.py --from DIR/layer.json --out DIR    # the table and chart again, no GPU
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from pathlib import Path
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 4096, 14336, 32, 8, 128
 EPS = 1e-5
 TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
+ROUNDS = 7  # samples per point: the medians, and the range that says whether two points differ
 
 
 class Weights:
@@ -61,11 +65,12 @@ class Weights:
 
 
 def suite_ops(torch, kind: str, exports: dict[str, Path] | None):
-    """(norm, act): the suite's two ops of the layer, as `kind` runs them."""
+    """(norm, act, rope): the suite's three ops of the layer, as `kind` runs them."""
     if kind == "astra":
         from astra_kernels.runtime import torch_op
 
         fused, silu = torch_op.load(exports["fused_add_rmsnorm"]), torch_op.load(exports["silu_and_mul"])
+        rotary = torch_op.load(exports["rotary_embedding"])
 
         def norm(x, residual, w):
             fused(x, residual, w, EPS)  # in place: x the normalised rows, residual the sum
@@ -75,10 +80,14 @@ def suite_ops(torch, kind: str, exports: dict[str, Path] | None):
             out = torch.empty(gate_up.shape[0], gate_up.shape[1] // 2, dtype=gate_up.dtype, device=gate_up.device)
             silu(gate_up, out)
             return out
-        return norm, act
+
+        def rope(positions, q, k, cos_sin):  # in place on q and k
+            rotary(positions, q, k, cos_sin, HEADS, KV_HEADS, HEAD_DIM)
+        return norm, act, rope
     from astra_kernels.kernels_sglang import suite
 
     norm_peer, act_peer = suite.load_peer("fused_add_rmsnorm").forward, suite.load_peer("silu_and_mul").forward
+    rope_peer = suite.load_peer("rotary_embedding").forward
 
     def norm(x, residual, w):
         got = norm_peer({"x": x, "residual": residual, "w": w}, {"eps": EPS}, "default")
@@ -86,23 +95,22 @@ def suite_ops(torch, kind: str, exports: dict[str, Path] | None):
 
     def act(gate_up):
         return act_peer({"x": gate_up}, {}, "default")["out"]
-    return norm, act
+
+    def rope(positions, q, k, cos_sin):
+        rope_peer({"q": q, "k": k, "positions": positions, "cos_sin_cache": cos_sin},
+                  {"head_dim": HEAD_DIM, "rotary_dim": HEAD_DIM}, "default")
+    return norm, act, rope
 
 
-def make_layer(torch, weights: Weights, norm, act):
+def make_layer(torch, weights: Weights, norm, act, rope):
     import torch.nn.functional as F
-
-    from astra_kernels.kernels_sglang import suite
-
-    rope = suite.load_peer("rotary_embedding").forward
 
     def layer(x, residual, positions):
         t = x.shape[0]
         x, residual = norm(x, residual, weights.norm_in)
         q, k, v = F.linear(x, weights.qkv).split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
         q, k = q.contiguous(), k.contiguous()
-        rope({"q": q, "k": k, "positions": positions, "cos_sin_cache": weights.cos_sin},
-             {"head_dim": HEAD_DIM, "rotary_dim": HEAD_DIM}, "default")
+        rope(positions, q, k, weights.cos_sin)
         group = HEADS // KV_HEADS  # K and V repeated per query head, 4-D: SDPA's flash kernel takes them
         a = F.scaled_dot_product_attention(
             q.view(1, t, HEADS, HEAD_DIM).transpose(1, 2),
@@ -121,8 +129,8 @@ def inputs(torch, tokens: int, seed: int = 1):
     return x, residual, torch.arange(tokens, device="cuda")
 
 
-def eager_us(torch, call, calls: int, rounds: int = 5) -> float:
-    """Wall time per call of `calls` back-to-back calls, the median of `rounds`."""
+def eager_us(torch, call, calls: int, rounds: int = ROUNDS) -> list[float]:
+    """Wall time per call of `calls` back-to-back calls, one sample per round."""
     for _ in range(3):
         call()
     samples = []
@@ -133,10 +141,11 @@ def eager_us(torch, call, calls: int, rounds: int = 5) -> float:
             call()
         torch.cuda.synchronize()
         samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+    return samples
 
 
-def graph_us(torch, call, replays: int) -> float:
+def graph_us(torch, call, replays: int, rounds: int = ROUNDS) -> list[float]:
+    """Device time per replay of `call` captured in a CUDA graph, one sample per round."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -150,7 +159,7 @@ def graph_us(torch, call, replays: int) -> float:
         graph.replay()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
-    for _ in range(5):
+    for _ in range(rounds):
         start.record()
         for _ in range(replays):
             graph.replay()
@@ -158,7 +167,52 @@ def graph_us(torch, call, replays: int) -> float:
         stop.synchronize()
         samples.append(start.elapsed_time(stop) * 1000.0 / replays)
     del graph
-    return statistics.median(samples)
+    return samples
+
+
+def record(row: dict, key: str, samples: list[float]) -> None:
+    """The median as `<key>_us`, and the samples' range as `<key>_lo`, `<key>_hi`."""
+    row[f"{key}_us"], row[f"{key}_lo"], row[f"{key}_hi"] = statistics.median(samples), min(samples), max(samples)
+
+
+# (what, ours, theirs): issue 40's goals, each a pair of the row's measurements
+COMPARISONS = [
+    ("eager: astra's ops / SGLang's native forms", "eager_astra", "eager_native"),
+    ("CUDA graph: astra's ops / SGLang's native forms", "graph_astra", "graph_native"),
+    ("CUDA graph: the eager layer with astra's ops / torch.compile's layer", "graph_astra", "graph_compile_native"),
+    ("CUDA graph of torch.compile: astra's ops / torch.compile's own layer", "graph_compile_astra",
+     "graph_compile_native"),
+    ("torch.compile called eagerly: astra's ops / torch.compile's own layer", "compile_astra", "compile_native"),
+]
+
+
+def compare(row: dict, ours: str, theirs: str) -> str:
+    """"faster" or "slower" where the two sample ranges do not overlap, else "within the spread"."""
+    if row[f"{ours}_hi"] < row[f"{theirs}_lo"]:
+        return "faster"
+    if row[f"{ours}_lo"] > row[f"{theirs}_hi"]:
+        return "slower"
+    return "within the spread"
+
+
+def profile_compiled(torch, compiled: dict, tokens: int, out: Path) -> None:
+    """Where the compiled layers' host time goes at `tokens` (torch.profiler, CPU and CUDA activity):
+    the top entries by CPU time of each, to compiled_profile.txt."""
+    from torch.profiler import ProfilerActivity, profile
+
+    lines = []
+    for name, fn in compiled.items():
+        held = inputs(torch, tokens)
+        for _ in range(5):
+            fn(*held)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                fn(*held)
+            torch.cuda.synchronize()
+        lines += [f"== compiled layer with {name}'s ops, {tokens} tokens, 20 calls", "",
+                  prof.key_averages().table(sort_by="cpu_time_total", row_limit=30), ""]
+    (out / "compiled_profile.txt").write_text("\n".join(lines))
 
 
 def main() -> int:
@@ -169,6 +223,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--profile", type=int, metavar="TOKENS",
+                        help="also profile the compiled layers' host time at this token count (compiled_profile.txt)")
     parser.add_argument("--from", dest="from_json", metavar="JSON", help="render a recorded layer.json again, no GPU")
     args = parser.parse_args()
     if args.from_json:
@@ -185,12 +241,15 @@ def main() -> int:
     device = torch.cuda.get_device_name()
     kind = (tuned_tables.device_key(device) or "H200").lower()
     weights = Weights(torch)
-    rows = []
+    rows, tables = [], {}
+    out = Path(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         exports = {}
-        for kernel in ("fused_add_rmsnorm", "silu_and_mul"):
+        for kernel in ("fused_add_rmsnorm", "silu_and_mul", "rotary_embedding"):
+            # a kernel tuned for the H200 only (rotary_embedding) runs its H200 table: the pick reads the GPU
+            tables[kernel] = kind if kernel in tuned_tables.shipped_kernels(kind, "cold") else "h200"
             exports[kernel] = Path(tmp) / kernel
-            cuda_file.export(cuda_file.resolve_source(None, kind, kernel), exports[kernel])
+            cuda_file.export(cuda_file.resolve_source(None, tables[kernel], kernel), exports[kernel])
         ops = {name: suite_ops(torch, name, exports) for name in ("astra", "native")}
         layers = {name: make_layer(torch, weights, *ops[name]) for name in ops}
         torch._dynamo.reset()
@@ -207,28 +266,32 @@ def main() -> int:
                                                   float((compiled_got.float() - reference.float()).abs().max()))
                 row[f"{name}_residual_equal"] = bool(torch.equal(got_residual, reference_residual))
                 calls = 100 if t <= 256 else 10
+                replays = 20 if t <= 256 else 3
                 held = (x.clone(), residual.clone(), positions)
-                row[f"eager_{name}_us"] = eager_us(torch, lambda h=held, n=name: layers[n](*h), calls)
-                row[f"compile_{name}_us"] = eager_us(torch, lambda h=held, n=name: compiled[n](*h), calls)
-                row[f"graph_{name}_us"] = graph_us(torch, lambda h=held, n=name: layers[n](*h), 20 if t <= 256 else 3)
-                row[f"graph_compile_{name}_us"] = graph_us(torch, lambda h=held, n=name: compiled[n](*h),
-                                                           20 if t <= 256 else 3)
-                norm, act = ops[name]
+                record(row, f"eager_{name}", eager_us(torch, lambda h=held, n=name: layers[n](*h), calls))
+                record(row, f"compile_{name}", eager_us(torch, lambda h=held, n=name: compiled[n](*h), calls))
+                record(row, f"graph_{name}", graph_us(torch, lambda h=held, n=name: layers[n](*h), replays))
+                record(row, f"graph_compile_{name}", graph_us(torch, lambda h=held, n=name: compiled[n](*h), replays))
+                norm, act, rope = ops[name]
                 gate_up = torch.randn(t, 2 * INTERMEDIATE, device="cuda").to(torch.bfloat16)
-                row[f"ops_{name}_us"] = graph_us(
-                    torch, lambda h=held, g=gate_up, n=norm, a=act: (n(*h[:2], weights.norm_in),
-                                                                      n(*h[:2], weights.norm_post), a(g)), 20)
+                q = torch.randn(t, HEADS * HEAD_DIM, device="cuda").to(torch.bfloat16)
+                k = torch.randn(t, KV_HEADS * HEAD_DIM, device="cuda").to(torch.bfloat16)
+                record(row, f"ops_{name}", graph_us(
+                    torch, lambda h=held, g=gate_up, n=norm, a=act, r=rope, q=q, k=k: (
+                        n(*h[:2], weights.norm_in), r(h[2], q, k, weights.cos_sin), n(*h[:2], weights.norm_post),
+                        a(g)), 20))
             scale = float(reference.float().abs().max())
             row["reference_max_abs"] = scale
             rows.append(row)
-            Path(args.out).mkdir(parents=True, exist_ok=True)  # each token count kept as it is measured
-            (Path(args.out) / "layer.json").write_text(json.dumps({"device": device, "rows": rows}, indent=2))
+            out.mkdir(parents=True, exist_ok=True)  # each token count kept as it is measured
+            (out / "layer.json").write_text(json.dumps({"device": device, "rows": rows}, indent=2))
             print(f"{t:>5} tokens: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()
                                                    if k.endswith("_us")), flush=True)
+        if args.profile:
+            profile_compiled(torch, compiled, args.profile, out)
     report = {"device": device, "torch": torch.__version__, "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "layer": {"hidden": HIDDEN, "intermediate": INTERMEDIATE, "heads": HEADS, "kv_heads": KV_HEADS,
-                        "head_dim": HEAD_DIM}, "tables": kind, "rows": rows}
-    out = Path(args.out)
+                        "head_dim": HEAD_DIM}, "tables": tables, "rounds": ROUNDS, "rows": rows}
     out.mkdir(parents=True, exist_ok=True)
     (out / "layer.json").write_text(json.dumps(report, indent=2))
     print(render(report, out))
@@ -241,10 +304,12 @@ def render(report: dict, out: Path) -> str:
 
     rows, device = report["rows"], report["device"]
     out.mkdir(parents=True, exist_ok=True)
+    tables = report["tables"]
+    tables = (", ".join(f"{k}: {v}" for k, v in tables.items()) if isinstance(tables, dict) else f"all {tables}")
     lines = [f"# A Llama-style decoder layer on {device}, {report['date']}", "",
-             f"PyTorch {report['torch']}; bf16; the shipped {report['tables']} tables; times in us per layer "
-             "(eager, compile: wall per call; graph: device per replay); ops: the layer's three suite calls alone, "
-             "in a CUDA graph.", "",
+             f"PyTorch {report['torch']}; bf16; the shipped tables ({tables}); times in us per layer, the median "
+             f"of {report.get('rounds', 5)} rounds (eager, compile: wall per call; graph: device per replay); ops: "
+             "the layer's suite calls alone, in a CUDA graph.", "",
              "| tokens | eager astra | eager native | graph astra | graph native | graph+compile astra | "
              "graph+compile native | compile astra | compile native | ops astra | ops native | ops share (graph, astra) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -253,6 +318,16 @@ def render(report: dict, out: Path) -> str:
                      f"{r['graph_astra_us']:.1f} | {r['graph_native_us']:.1f} | {r['graph_compile_astra_us']:.1f} | "
                      f"{r['graph_compile_native_us']:.1f} | {r['compile_astra_us']:.1f} | {r['compile_native_us']:.1f} | "
                      f"{r['ops_astra_us']:.1f} | {r['ops_native_us']:.1f} | {r['ops_astra_us'] / r['graph_astra_us']:.1%} |")
+    if all("eager_astra_lo" in r for r in rows):  # reports with every round's range (not those before 2026-11-28)
+        lines += ["", "Against each other, by the rounds' ranges (faster or slower only where the ranges do not "
+                  "overlap):", "", "| comparison | faster | within the spread | slower | slower at |", "|---|---|---|---|---|"]
+        for what, ours, theirs in COMPARISONS:
+            verdicts = [(r["tokens"], compare(r, ours, theirs)) for r in rows]
+            slower = [f"{t} ({r[f'{ours}_us'] / r[f'{theirs}_us']:.3f}x)" for (t, v), r in zip(verdicts, rows)
+                      if v == "slower"]
+            lines.append(f"| {what} | {sum(v == 'faster' for _, v in verdicts)} | "
+                         f"{sum(v == 'within the spread' for _, v in verdicts)} | {len(slower)} | "
+                         f"{', '.join(slower) or '-'} |")
     lines += ["", "Largest difference from the native eager layer's output (the output's largest magnitude): "
               + "; ".join(f"{r['tokens']}: astra {r['astra_max_abs_diff']:.3g}, native compiled "
                           f"{r['native_max_abs_diff']:.3g} ({r['reference_max_abs']:.3g})" for r in rows)]
