@@ -332,7 +332,7 @@ class CompileTarget:
 
 
 def compile_targets(folder: KernelFolder, which: str, arch: str, *, sample: int = 200,
-                    seed: int = 0) -> tuple[list[CompileTarget], list[Exclusion]]:
+                    seed: int = 0, per_config: int | None = None) -> tuple[list[CompileTarget], list[Exclusion]]:
     """Every distinct binary of the baseline, or of a seeded sample of `sample` template
     configurations that run at some shape of the spec (the whole space when it is smaller).
 
@@ -340,7 +340,10 @@ def compile_targets(folder: KernelFolder, which: str, arch: str, *, sample: int 
     computes from the shape, so each configuration is instantiated at every shape and each
     distinct set of defines compiles once. Configurations take the (dtype, variant) pairs in
     turn, so a sample covers all of them. Configurations excluded at every shape are returned as
-    exclusions with their reasons and do not count toward the sample.
+    exclusions with their reasons and do not count toward the sample. `per_config` keeps at most
+    that many binaries of each configuration, spread over its shapes (the first and last and
+    evenly between): topk_softmax derives from E and k, so its 200 configurations are 1743 binaries,
+    five minutes of CI's compiles for no configuration more.
     """
     template = folder.source_of(which)
     spec = folder.spec
@@ -359,18 +362,22 @@ def compile_targets(folder: KernelFolder, which: str, arch: str, *, sample: int 
     for config, dtype, variant in jobs:
         if accepted >= wanted:
             break
-        first_exclusion, runs = None, False
+        first_exclusion, own = None, {}
         for shape in spec.all_shapes():
             instance = template.instantiate(config, environment(spec, shape, dtype, variant, arch=arch))
             if isinstance(instance, Exclusion):
                 first_exclusion = first_exclusion or instance
                 continue
-            runs = True
             options = compile_options(instance, dtype, spec.variants[variant], arch)
             key = (dtype, variant, tuple(sorted(options.defines.items())), options.fast_math, options.max_registers)
-            targets.setdefault(key, CompileTarget(which, dtype, variant, tuple(sorted(config.items())), options))
-        if runs:
+            own.setdefault(key, CompileTarget(which, dtype, variant, tuple(sorted(config.items())), options))
+        if own:
             accepted += 1
+            keys = list(own)
+            if per_config and len(keys) > per_config:
+                keys = [keys[round(i * (len(keys) - 1) / max(per_config - 1, 1))] for i in range(per_config)]
+            for key in keys:
+                targets.setdefault(key, own[key])
         else:
             exclusions.append(first_exclusion)
     return list(targets.values()), exclusions

@@ -172,10 +172,9 @@ def test_template_default_and_every_shape_has_configs(dtype):
             if set_name in ("astra", "serving"):
                 assert isinstance(default, Instance), (shape, default)
                 assert default.block[0] <= 1024 and default.grid == (shape["T"],)
-            runs = [c for c in configs if isinstance(template.instantiate(c, env), Instance)]
-            assert runs, f"no template configuration runs at {shape}"
-            # the registers mode (x read once) is available at every shape
-            assert any(c["ITEMS"] > 0 for c in runs), shape
+            # some configuration runs, and one of the registers mode (x read once) among them: the
+            # first found is enough (every instance of the space at every shape took 34 s of CI per dtype)
+            assert any(c["ITEMS"] > 0 and isinstance(template.instantiate(c, env), Instance) for c in configs), shape
 
 
 def test_problem_cases_validate():

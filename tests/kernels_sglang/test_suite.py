@@ -1,5 +1,6 @@
 """Every kernel of the suite, without a GPU: specs, geometry at every shape, and CI's compile of
-every baseline binary and a seeded sample of 200 template configurations for sm_90 and sm_80."""
+every baseline binary and a seeded sample of 200 template configurations for sm_90 and sm_80 (each
+configuration at up to three of the binaries its shapes derive: its first, middle and last)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_default_template_runs_at_every_astra_and_serving_shape(name):
 @pytest.mark.parametrize("name", KERNELS)
 def test_every_binary_compiles(name, which, arch, record_property):
     folder = suite.load(name)
-    targets, exclusions = suite.compile_targets(folder, which, arch, sample=200)
+    targets, exclusions = suite.compile_targets(folder, which, arch, sample=200, per_config=3)
     source = folder.source_of(which).source
     outcomes = compile_many([(source, t.options) for t in targets])
     failures = [(t, o.error) for t, o in zip(targets, outcomes) if o.module is None]
@@ -67,3 +68,24 @@ def test_every_binary_compiles(name, which, arch, record_property):
     record_property("spilling", sum(r.spills for r in resources))
     if which == "baseline":
         assert not any(r.spills for r in resources), f"{name} baseline spills"
+
+
+def test_a_bounded_sample_keeps_every_configuration_at_its_first_and_last_binary():
+    """per_config trims binaries, never configurations: topk_softmax's 200 configurations stay 200,
+    each at most three binaries, its first and last among them."""
+    from collections import defaultdict
+
+    folder = suite.load("topk_softmax")
+    full, _ = suite.compile_targets(folder, "template", "sm_90", sample=200)
+    bounded, _ = suite.compile_targets(folder, "template", "sm_90", sample=200, per_config=3)
+    by_config, kept = defaultdict(list), defaultdict(list)
+    for t in full:
+        by_config[t.config].append(t.options)
+    for t in bounded:
+        kept[t.config].append(t.options)
+    assert set(kept) == set(by_config) and len(kept) == 200 and len(bounded) < len(full)
+    for config, options in kept.items():
+        assert len(options) <= 3
+        if len(by_config[config]) == len(options):
+            continue
+        assert options[0] == by_config[config][0] and options[-1] == by_config[config][-1], config
