@@ -15,6 +15,7 @@ such shapes are named.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable
 
@@ -127,6 +128,31 @@ def table_plan(folder: suite.KernelFolder, table: DispatchTable, *, shapes: Iter
                                                                   sms=sms, arch=arch, source=table.source_of(source)))
                          for source, config in runs]
     return rows
+
+
+def reference_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | None = None,
+                       variants: Iterable[str] | None = None, seed: int = 1) -> list[str]:
+    """reference.py run here, on the CPU (it is NumPy), at the smallest shape of each shape set in
+    every dtype and variant asked: its inputs and expected outputs drawn and held to the signature
+    (every input, every output by its name, at the spec's sizes), each problem one line. Why: a
+    NameError or a misspelt output key would otherwise pass `astra check` on a machine without a
+    GPU and surface only on the GPU, after the compiles."""
+    spec = folder.spec
+    problems = []
+    for set_name, shapes in spec.shapes.items():
+        if not shapes:
+            continue
+        shape = min(shapes, key=lambda s: math.prod(s.values()))
+        for dtype in dtypes or spec.dtypes:
+            for variant in variants or spec.variants:
+                try:
+                    problem = suite.problem(folder, shape, dtype, variant)
+                    problem.validate_case(problem.make_case(seed))
+                except Exception as exc:  # the folder's own code: whatever it raises is the answer
+                    text = " ".join(str(exc).split()) or type(exc).__name__
+                    problems.append(f"reference.py at {spec.label(shape)} ({set_name} set, {dtype}, {variant}): "
+                                    f"{type(exc).__name__}: {text[:300]}")
+    return problems
 
 
 def failures(rows: Iterable[CheckRow]) -> list[CheckRow]:

@@ -61,6 +61,39 @@ def test_a_filled_in_folder_is_a_kernel_like_the_shipped_ones(on_path, capsys):
         assert "compiled 4 binaries of scale_add (0 failed)" in capsys.readouterr().out
 
 
+def test_a_parameter_named_like_a_shape_symbol_is_refused_naming_it(on_path, capsys):
+    """A parameter copied from another kernel whose name is this kernel's shape symbol would replace
+    the symbol at every shape (the grid of `ceil_div(N, THREADS)` becomes one CTA): check and space
+    refuse the folder in one line naming the line and the name."""
+    folder = filled_kernel.filled(on_path)
+    template = folder / "template.cu"
+    template.write_text(template.read_text().replace("//@ kernel:", "//@ param N: 1, 2\n//@ kernel:", 1))
+    for command in (["check", "scale_add"], ["space", "scale_add", "--shapes", "4096"]):
+        assert cli.main(command) != 0
+        out = capsys.readouterr().out
+        assert "template.cu:" in out and "parameter N has the name of a value the kernel's spec gives" in out, out
+        assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(("wrong", "said"), [
+    ('return {"out": inputs["x"].astype(np.float64) * scale + inputs["y"]', "NameError: name 'scale' is not defined"),
+    ('return {"output": inputs["x"].astype(np.float64)', "case has no expected output for 'out'"),
+])
+def test_a_reference_that_fails_on_the_cpu_fails_check_without_a_gpu(on_path, capsys, wrong, said):
+    """The reference is NumPy: check runs it here at the smallest shape of each set, in every dtype and
+    variant, so a NameError or a misspelt output key is one line per run before anything compiles."""
+    folder = filled_kernel.filled(on_path)
+    reference = folder / "reference.py"
+    text = reference.read_text()
+    start = text.index('return {"out": inputs["x"]')
+    end = text.index("}", start)
+    reference.write_text(text[:start] + wrong + text[end:])
+    assert cli.main(["check", "scale_add"]) == 1
+    out = capsys.readouterr().out
+    assert "reference.py at 4096 (mine set, fp32, default)" in out and said in out, out
+    assert "reference fails on this machine's CPU" in out and "binaries" not in out and "Traceback" not in out
+
+
 def test_a_skeleton_without_a_file(on_path, capsys):
     assert cli.main(["new", "my_copy", "--dir", str(on_path)]) == 0
     folder = suite.load("my_copy")

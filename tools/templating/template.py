@@ -396,6 +396,12 @@ def _check_complete(template: Template, symbols: set[str], keyed_lines: dict[str
     for key in ("kernel", "grid", "block"):
         if key not in keyed_lines:
             raise TemplateError(f"{path}: missing the `//@ {key}:` directive")
+    for item in [*template.parameters, *template.derived]:  # instantiate's scope would let it replace the name
+        if item.name in symbols:
+            kind = "parameter" if isinstance(item, Parameter) else "derived value"
+            raise TemplateError(f"{path}:{item.line}: {kind} {item.name} has the name of a value the kernel's "
+                                f"spec gives (its shape symbol, dtype, device or variant value {item.name}), which "
+                                "it would replace at every shape: rename it")
     known = set(symbols) | set(template.names)
     for item in template.derived:
         _check_names(path, item.line, item.expression, known)

@@ -58,6 +58,12 @@ def run(args) -> int:
     todo = new_kernel.unfinished(folder.path)  # a folder from `astra new` still to fill in: said, then compiled
     for line in todo:
         console.print(f"[yellow]{new_kernel.TODO}[/yellow] {escape(line)}", highlight=False)
+    if not todo and (problems := checking.reference_problems(folder, dtypes=dtypes, variants=variants)):
+        for line in problems:
+            console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
+        console.print(f"{folder.name}'s reference fails on this machine's CPU (above), before anything is "
+                      "compiled: fix reference.py (or make_inputs) and run astra check again.", highlight=False)
+        return 1
     if todo or not gpu_available():
         rows = planned(arch=args.arch or DEFAULT_ARCH)
         unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}

@@ -66,6 +66,8 @@ def test_sampling_is_seeded_and_whole_when_small():
     ("//@ require VEC.real == 1", 4, "not allowed"),
     ("//@ launch: 1", 4, "unknown directive"),
     ("//@ grid: 1, 2", 4, "already given on line"),
+    ("//@ param T: 1, 2", 4, "parameter T has the name of a value the kernel's spec gives"),  # it would replace T
+    ("//@ derive SMS = 2 * VEC", 4, "derived value SMS has the name of a value the kernel's spec gives"),
 ])
 def test_errors_name_the_line(bad, line, needle):
     lines = GOOD.splitlines()
