@@ -155,6 +155,43 @@ def reference_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | No
     return problems
 
 
+def peer_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | None = None,
+                  variants: Iterable[str] | None = None, seed: int = 1) -> list[str] | None:
+    """peer.py run on the CPU beside the reference, at the same smallest shape of each set in every
+    dtype and variant asked, its outputs held to the reference with the kernel's tolerances (the
+    peer is the bar the tuned kernel is timed against, so a wrong one misleads every benchmark).
+    None where there is nothing to run: no peer.py, or no PyTorch here."""
+    import importlib.util
+
+    from astra_kernels.tools.measuring.correctness import compare
+
+    from . import torch_tensors
+
+    if not (folder.path / "peer.py").is_file() or importlib.util.find_spec("torch") is None:
+        return None
+    spec = folder.spec
+    problems = []
+    for set_name, shapes in spec.shapes.items():
+        if not shapes:
+            continue
+        shape = min(shapes, key=lambda s: math.prod(s.values()))
+        for dtype in dtypes or spec.dtypes:
+            for variant in variants or spec.variants:
+                where = f"peer.py at {spec.label(shape)} ({set_name} set, {dtype}, {variant})"
+                try:
+                    problem = suite.problem(folder, shape, dtype, variant)
+                    case = problem.make_case(seed)
+                    got = torch_tensors.run_peer(spec.name, case.inputs, shape, dtype, variant)
+                    checks = [compare(name, got[name], case.expected[name], problem.tolerance(p.dtype))
+                              for p in problem.buffers if p.role != "in" for name in [p.name]]
+                except Exception as exc:  # the folder's own code: whatever it raises is the answer
+                    text = " ".join(str(exc).split()) or type(exc).__name__
+                    problems.append(f"{where}: {type(exc).__name__}: {text[:300]}")
+                    continue
+                problems += [f"{where}: {c.name}: {c.detail}" for c in checks if not c.passed]
+    return problems
+
+
 def failures(rows: Iterable[CheckRow]) -> list[CheckRow]:
     """The rows whose configuration failed its checks: not ok, not excluded by its own constraints,
     and not left unanswered (a replay without the row, a lost worker: no verdict)."""

@@ -3,6 +3,8 @@ until it is filled in, and then a folder the tools take like a shipped one."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from astra_kernels import cli
@@ -92,6 +94,31 @@ def test_a_reference_that_fails_on_the_cpu_fails_check_without_a_gpu(on_path, ca
     out = capsys.readouterr().out
     assert "reference.py at 4096 (mine set, fp32, default)" in out and said in out, out
     assert "reference fails on this machine's CPU" in out and "binaries" not in out and "Traceback" not in out
+
+
+PEER = """import torch
+
+
+def forward(tensors, scalars, variant):
+    return {"out": tensors["x"] * scalars["alpha"] + tensors["y"]SLIP}
+"""
+
+
+@pytest.mark.skipif(gpu_available(), reason="the no-GPU path: on a GPU check goes on to run the kernels")
+def test_a_peer_that_disagrees_with_the_reference_fails_check_and_one_that_agrees_passes(on_path, capsys):
+    """peer.py (FORMAT.md, "The PyTorch peer") runs on the CPU beside the reference in check: a peer
+    that is wrong would be the bar every benchmark of the kernel is timed against."""
+    pytest.importorskip("torch")
+    folder = filled_kernel.filled(on_path)
+    (folder / "peer.py").write_text(PEER.replace("SLIP", " + 1"))
+    assert cli.main(["check", "scale_add", "--samples", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "peer.py at 4096 (mine set, fp32, default): out:" in out and "disagrees with its reference" in out, out
+    (folder / "peer.py").write_text(PEER.replace("SLIP", ""))
+    for module in [m for m in sys.modules if m.endswith("scale_add.peer")]:  # a new process would read it anew
+        del sys.modules[module]
+    assert cli.main(["check", "scale_add", "--samples", "1"]) == 0
+    assert "peer.py" not in capsys.readouterr().out
 
 
 def test_a_skeleton_without_a_file(on_path, capsys):

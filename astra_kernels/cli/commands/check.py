@@ -64,6 +64,12 @@ def run(args) -> int:
         console.print(f"{folder.name}'s reference fails on this machine's CPU (above), before anything is "
                       "compiled: fix reference.py (or make_inputs) and run astra check again.", highlight=False)
         return 1
+    if not todo and (problems := checking.peer_problems(folder, dtypes=dtypes, variants=variants)):
+        for line in problems:
+            console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
+        console.print(f"{folder.name}'s PyTorch peer disagrees with its reference on this machine's CPU (above): "
+                      "fix peer.py (FORMAT.md, \"The PyTorch peer\") and run astra check again.", highlight=False)
+        return 1
     if todo or not gpu_available():
         rows = planned(arch=args.arch or DEFAULT_ARCH)
         unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
