@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
@@ -190,6 +191,32 @@ def peer_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | None = 
                     continue
                 problems += [f"{where}: {c.name}: {c.detail}" for c in checks if not c.passed]
     return problems
+
+
+_FIRST_ERROR = re.compile(r"error|failed", re.IGNORECASE)
+_ERROR_COUNT = re.compile(r"errors? detected", re.IGNORECASE)  # the compiler's closing count, not an error
+
+
+def compile_failures(compiled: Iterable[tuple[CheckRow, str | None]], context: int = 6) -> list[str]:
+    """Failed compiles, once per distinct error: which file, at which configuration, dtype, variant
+    and shape, how many other binaries failed the same way (a template's mistake fails every
+    configuration alike; a page of identical logs hides where), then the compiler's text from its
+    first error on (`context` lines: the line and the source it quotes)."""
+    by_error: dict[str, tuple[list[str], list[CheckRow]]] = {}
+    for row, error in compiled:
+        if error is not None:
+            lines = [line.rstrip() for line in error.splitlines() if line.strip()] or ["failed"]
+            start = next((i for i, line in enumerate(lines) if _FIRST_ERROR.search(line)
+                          and not _ERROR_COUNT.search(line)), 0)
+            by_error.setdefault(lines[start].strip(), (lines[start:start + context], []))[1].append(row)
+    out = []
+    for text, rows in by_error.values():
+        row = rows[0]
+        config = " ".join(f"{k}={v}" for k, v in row.config.items()) or "(no parameters)"
+        more = f" and {len(rows) - 1} more binaries" if len(rows) > 1 else ""
+        out.append(f"{row.which}.cu at {config}, {row.dtype} {row.variant}, {row.shape}{more}:\n"
+                   + "\n".join(f"  {line}" for line in text))
+    return out
 
 
 def failures(rows: Iterable[CheckRow]) -> list[CheckRow]:

@@ -174,3 +174,23 @@ def test_a_table_of_your_own_kernel_exports_with_its_pytorch_op_guide(on_path, t
     assert "Swap it into an SGLang deployment" not in readme
     manifest = json.loads((out / "export.json").read_text())
     assert {tuple(sorted(b["config"].items())) for b in manifest["binaries"]} >= {(("THREADS", 128),), (("THREADS", 512),)}
+
+
+def test_failed_compiles_are_said_once_per_error_naming_the_file_and_configuration():
+    """A template's mistake fails every configuration alike: one block per distinct error, with the
+    file, the first configuration, dtype, variant and shape it failed at, and how many more."""
+    from astra_kernels.jobs.checking import CheckRow, compile_failures
+
+    def row(which, vec):
+        return CheckRow(kernel="k", which=which, config={"VEC": vec} if vec else {}, shape="4x4096", dtype="bf16",
+                        variant="default", status="pending")
+    undefined = 'compilation failed at line 71: identifier "nope" is undefined\n  return nope[i];\n         ^\n1 error detected'
+    other = "kernel.cu(9): error: expected a \";\"\n1 error detected"
+    said = compile_failures([(row("template", 4), undefined), (row("template", 8), undefined),
+                             (row("template", 2), None), (row("baseline", 0), other)])
+    assert said == [
+        'template.cu at VEC=4, bf16 default, 4x4096 and 1 more binaries:\n'
+        '  compilation failed at line 71: identifier "nope" is undefined\n    return nope[i];\n           ^\n'
+        '  1 error detected',
+        'baseline.cu at (no parameters), bf16 default, 4x4096:\n  kernel.cu(9): error: expected a ";"\n'
+        '  1 error detected']

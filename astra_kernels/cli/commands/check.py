@@ -72,23 +72,28 @@ def run(args) -> int:
         return 1
     if todo or not gpu_available():
         rows = planned(arch=args.arch or DEFAULT_ARCH)
-        unique = {(r.source, r.options.model_dump_json()): (r.source, r.options) for _, r in rows if r}
+        unique = {}  # each binary once, with the first row that asked for it (named in its error)
+        for row, r in rows:
+            if r:
+                unique.setdefault((r.source, r.options.model_dump_json()), (row, (r.source, r.options)))
         # the worker's compile deadline: a compile that never ends stops, named, as on a GPU
         with progress_bar(f"compiling {folder.name} for {args.arch or DEFAULT_ARCH}") as update:
-            outcomes = compile_many(unique.values(), timeout_s=COMPILE_TIMEOUT_S,
+            outcomes = compile_many([job for _, job in unique.values()], timeout_s=COMPILE_TIMEOUT_S,
                                     progress=lambda done, total: update(done=done, total=total))
         failed = [o for o in outcomes if o.module is None]
+        said = checking.compile_failures([(row, o.error if o.module is None else None)
+                                          for (row, _), o in zip(unique.values(), outcomes)])
         if todo:
             console.print(f"{folder.name} is not finished: {len(todo)} lines marked {new_kernel.TODO} (above); "
                           f"compiled {len(outcomes)} binaries ({len(failed)} failed) for {args.arch or DEFAULT_ARCH}. "
                           "Fill them in and run astra check again.", highlight=False)
-            for o in failed[:3]:
-                console.print(o.error, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
+            for line in said:
+                console.print(line, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
             return 1
         console.print(f"[yellow]no GPU here:[/yellow] compiled {len(outcomes)} binaries of {folder.name} "
                       f"({len(failed)} failed) for {args.arch or DEFAULT_ARCH}; testing them needs an NVIDIA GPU.")
-        for o in failed[:3]:
-            console.print(o.error, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
+        for line in said:
+            console.print(line, markup=False, highlight=False)  # compiler text: `x[i]` is no markup
         return 1 if failed else 0
     with EvaluationWorker(device_index=args.gpu) as worker:
         rows = planned(worker.device["name"], worker.device.get("multiprocessors") or suite.DEFAULT_SMS,
