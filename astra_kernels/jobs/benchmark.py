@@ -54,12 +54,17 @@ def shipped_table(kernel: str, device_name: str, l2: str = "cold") -> DispatchTa
 
 
 def bench_tables(names: list[str], device_name: str, l2: str, tuned: Path | None = None) -> dict[str, DispatchTable | None]:
-    """Each kernel's table for a benchmark in regime `l2`: its folder under `tuned` (`astra tune`'s
-    --out folders) where there is one, else the table shipped for this GPU tuned in `l2`, else the
-    one shipped tuned in the other regime, else None (no tuned column). The regime each table was
-    tuned in goes into the report (BenchReport.table_l2), so a mismatch is never silent."""
+    """Each kernel's table for a benchmark in regime `l2`: from `tuned` where it has one (`tuned` is
+    `astra tune`'s --out folder, as `astra verify` and `astra export` take it, or a folder of them,
+    one KERNEL/ each), else the table shipped for this GPU tuned in `l2`, else the one shipped tuned
+    in the other regime, else None (no tuned column). The regime each table was tuned in goes into
+    the report (BenchReport.table_l2), so a mismatch is never silent."""
     tables = {}
+    single = load_table(tuned) if tuned and (Path(tuned) / "dispatch.json").is_file() else None
     for name in names:
+        if single is not None and single.kernel == name:
+            tables[name] = single
+            continue
         path = tuned / name if tuned else None
         if path and path.exists():
             tables[name] = load_table(path)

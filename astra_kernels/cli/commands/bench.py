@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
                             "at most 16 tokens) or all (default astra,serving)")
     bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
     bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
-    bench.add_argument("--tuned", help="folder of `astra tune` outputs, one KERNEL/ subfolder each "
+    bench.add_argument("--tuned", help="`astra tune`'s --out folder, or a folder of them, one KERNEL/ subfolder each "
                                        "(default: the tables shipped for this GPU and the --l2 regime, else "
                                        "for the other regime, which the report then names)")
     bench.add_argument("--torch", default="eager,compile", help="PyTorch peers to time: eager, compile or both (default)")
