@@ -44,8 +44,7 @@ def main(argv=None) -> int:
                        "torch_compile_us": anchor.torch_compile_us}
                 for which in ("baseline", "template"):
                     req = suite.request(folder, which, anchor.shape, anchor.dtype, anchor.variant,
-                                        sms=worker.device["multiprocessors"])
-                    req.stream_timing = False
+                                        sms=worker.device["multiprocessors"], stream_timing=False)
                     result = worker.evaluate(req)
                     ok = result.status == "ok"
                     row[f"{which}_status"] = result.status if ok else f"{result.status}: {result.message[:200]}"

@@ -83,9 +83,8 @@ def evaluation_rate(kernel: str, shape: dict, count: int) -> dict:
                             configs=folder.template.sample_configs(count * 2, seed=5))
         requests = []
         for candidate in space.candidates[:count]:
-            req = suite.request(folder, "template", shape, "bf16", config=candidate.config, sms=sms, arch=arch)
-            req.stream_timing = False
-            requests.append(req)
+            requests.append(suite.request(folder, "template", shape, "bf16", config=candidate.config, sms=sms,
+                                          arch=arch, stream_timing=False))
         started = time.perf_counter()
         results = [worker.evaluate(r) for r in requests]
         seconds = time.perf_counter() - started

@@ -16,11 +16,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from astra_kernels.defaults import TUNE_SECONDS
 from astra_kernels.tools.errors import UsageError
+from astra_kernels.tools.measuring.regimes import L2Regime
 
 
 @dataclass
@@ -48,7 +49,7 @@ class RunContext:
     retries: int = 2  # fixes asked of the model per candidate after a compile error or failed test
     wall_seconds: float = 3600.0  # the whole run
     strategy: str = "auto"  # the tuner's search strategy
-    l2: Literal["cold", "warm"] = "cold"  # the L2 regime every evaluation is timed in (EvaluationRequest.l2)
+    l2: L2Regime = "cold"  # the L2 regime every evaluation is timed in
     tune_seconds: float = TUNE_SECONDS  # search time of one tune action, shared by the shapes
     tune_sample: int | None = None  # search a seeded sample of this many configurations (None: all)
     gpu: int = 0

@@ -290,9 +290,12 @@ def compile_options(instance: Instance, dtype: str, variant_defines: dict[str, i
 def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
             variant: str = "default", config: dict[str, int] | None = None, *,
             sms: int = DEFAULT_SMS, arch: str | None = None,
-            source: Template | None = None) -> EvaluationRequest | Exclusion:
+            source: Template | None = None, **measuring) -> EvaluationRequest | Exclusion:
     """The evaluation request for one configuration at one shape, or why it cannot run there.
-    `source` stands in for the folder's own `which` (a dispatch table's named source, a candidate)."""
+    `source` stands in for the folder's own `which` (a dispatch table's named source, a candidate).
+    `measuring` holds the request's measuring choices (l2, check, time, stream_timing, input_layout,
+    pdl: EvaluationRequest's fields), given here by whoever decides them, so no caller edits a
+    request after it is built; an unknown one is a TypeError."""
     template = source or folder.source_of(which)
     env = environment(folder.spec, shape, dtype, variant, sms, arch)
     instance = template.instantiate(template.default if config is None else config, env)
@@ -304,7 +307,7 @@ def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
         source=template.source, kernel=template.kernel, problem=prob,
         options=compile_options(instance, dtype, folder.spec.variants[variant], arch),
         launch=LaunchShape(instance.grid, instance.block, instance.shared_bytes),
-        label=f"{prob.label} {name}",
+        label=f"{prob.label} {name}", **measuring,
     )
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from astra_kernels.tools.measuring.regimes import L2_REGIMES
+
 TUNED_DIR = Path(__file__).parent / "tuned"
-REGIMES = ("cold", "warm")  # EvaluationRequest.l2's values; cold tables sit in the kind's folder itself
+REGIMES = L2_REGIMES  # cold tables sit in the kind's folder itself, warm ones in its warm/
 
 
 def gpu_kinds() -> list[str]:

@@ -412,19 +412,14 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
 
 
 def _same_bytes_copy(worker, bytes_moved: int, sms: int, pdl: bool = False, l2: str = "cold") -> EvaluationResult:
-    request = copy_request(max(16, bytes_moved // 2 // 16 * 16), multiprocessors=sms)
-    request.stream_timing = False
-    request.pdl = pdl
-    request.l2 = l2
-    return worker.evaluate(request)
+    return worker.evaluate(copy_request(max(16, bytes_moved // 2 // 16 * 16), multiprocessors=sms,
+                                        stream_timing=False, pdl=pdl, l2=l2))
 
 
 def _same_mix(worker, read_bytes: int, write_bytes: int, mix: tuple[int, int], sms: int, l2: str) -> float | None:
     """The mix probe at these bytes: the faster of its launches, None if neither ran."""
     times = []
-    for request in mix_requests(read_bytes, write_bytes, *mix, multiprocessors=sms):
-        request.stream_timing = False
-        request.l2 = l2
+    for request in mix_requests(read_bytes, write_bytes, *mix, multiprocessors=sms, stream_timing=False, l2=l2):
         us, _, status = _time_of(worker.evaluate(request))
         times += [us] if status == "ok" else []
     return min(times) if times else None
@@ -468,13 +463,9 @@ def _imported(name: str) -> tuple[suite.KernelFolder | None, str]:
 def _evaluate(worker, folder, which, shape, dtype, config, sms, input_layout, pdl: bool = False, l2: str = "cold",
               template: Template | None = None) -> EvaluationResult:
     request = suite.request(folder, which, shape, dtype, "default", config, sms=sms, arch=worker.device["arch"],
-                            source=template)
+                            source=template, stream_timing=False, input_layout=input_layout, pdl=pdl, l2=l2)
     if isinstance(request, Exclusion):
         return EvaluationResult(status="invalid", message=f"excluded at this shape: {request.reason}")
-    request.stream_timing = False
-    request.input_layout = input_layout
-    request.pdl = pdl
-    request.l2 = l2
     return worker.evaluate(request)
 
 

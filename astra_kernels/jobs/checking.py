@@ -31,6 +31,11 @@ from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 
 
+# What a check measures unless its caller says otherwise (`astra check --time`): correctness only,
+# no timing; timed, it is by graph replay alone.
+CHECK_ONLY = dict(time=False, stream_timing=False)
+
+
 class CheckRow(BaseModel):
     kernel: str
     which: str
@@ -48,7 +53,7 @@ class CheckRow(BaseModel):
 def plan(folder: suite.KernelFolder, *, shapes: Iterable[dict] | None = None,
          dtypes: Iterable[str] | None = None, variants: Iterable[str] | None = None,
          samples: int = 4, seed: int = 0, sms: int = suite.DEFAULT_SMS,
-         arch: str | None = None) -> list[tuple[CheckRow, EvaluationRequest | None]]:
+         arch: str | None = None, **measuring) -> list[tuple[CheckRow, EvaluationRequest | None]]:
     """Rows to fill in: per shape, dtype and variant, the baseline, the default configuration and
     up to `samples` - 1 other sampled configurations that the constraints allow at that shape."""
     spec = folder.spec
@@ -73,7 +78,8 @@ def plan(folder: suite.KernelFolder, *, shapes: Iterable[dict] | None = None,
                     jobs.append(("template", config))
                     taken += 1
                 rows += [_row(base, which, config, suite.request(folder, which, shape, dtype, variant,
-                                                                 config or None, sms=sms, arch=arch))
+                                                                 config or None, sms=sms, arch=arch,
+                                                                 **{**CHECK_ONLY, **measuring}))
                          for which, config in jobs]
     return rows
 
@@ -106,7 +112,8 @@ def check_shapes(folder: suite.KernelFolder, shapes: Iterable[dict] | None = Non
 
 def table_plan(folder: suite.KernelFolder, table: DispatchTable, *, shapes: Iterable[dict] | None = None,
                dtypes: Iterable[str] | None = None, variants: Iterable[str] | None = None,
-               sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> list[tuple[CheckRow, EvaluationRequest | None]]:
+               sms: int = suite.DEFAULT_SMS, arch: str | None = None,
+               **measuring) -> list[tuple[CheckRow, EvaluationRequest | None]]:
     """Rows to fill in: every configuration the table can run (table_configs) at every shape of
     check_shapes, and what pick() runs there when it is none of those (the runnable configuration
     closest to a tuned one, where a table's configurations have the shape compiled in), in every
@@ -126,7 +133,8 @@ def table_plan(folder: suite.KernelFolder, table: DispatchTable, *, shapes: Iter
             for variant in variants or spec.variants:
                 base = dict(kernel=spec.name, shape=spec.label(shape), dtype=dtype, variant=variant)
                 rows += [_row(base, source, config, suite.request(folder, source, shape, dtype, variant, config,
-                                                                  sms=sms, arch=arch, source=table.source_of(source)))
+                                                                  sms=sms, arch=arch, source=table.source_of(source),
+                                                                  **{**CHECK_ONLY, **measuring}))
                          for source, config in runs]
     return rows
 
@@ -243,13 +251,10 @@ def precompile(rows: list[tuple[CheckRow, EvaluationRequest | None]], arch: str)
 
 
 def run(rows: list[tuple[CheckRow, EvaluationRequest | None]], worker: EvaluationWorker, *,
-        time: bool = False, progress: Callable[[CheckRow], None] | None = None) -> list[CheckRow]:
-    """Precompile every distinct binary in parallel, then evaluate row by row in the worker."""
+        progress: Callable[[CheckRow], None] | None = None) -> list[CheckRow]:
+    """Precompile every distinct binary in parallel, then evaluate row by row in the worker (each
+    request measuring as its plan asked: plan(..., time=..., stream_timing=False))."""
     precompile(rows, worker.device["arch"])
-    for _, req in rows:
-        if req is not None:
-            req.time = time
-            req.stream_timing = False
     done = []
     for row, req in rows:
         if req is not None:

@@ -261,12 +261,12 @@ def check_table_configs(report: TuneReport, folder: suite.KernelFolder, worker, 
     its entry. A failure fails the tune, as a failed verification does. A replay checks only what
     its recording holds (the rest is "unrecorded", compiled nowhere)."""
     arch, sms = worker.device["arch"], worker.device.get("multiprocessors") or suite.DEFAULT_SMS
-    rows = checking.table_plan(folder, report.dispatch, sms=sms, arch=arch)
+    # checked, not timed, in the run's regime as every request of the run
+    rows = checking.table_plan(folder, report.dispatch, sms=sms, arch=arch, check=True, time=False,
+                               stream_timing=False, l2=report.l2)
     answers = getattr(worker, "answers", None) if worker.device.get("replay") else None
     for row, req in rows:
         if req is not None:
-            req.check, req.time, req.stream_timing = True, False, False
-            req.l2 = report.l2  # the run's regime, as every request of the run has it
             if answers is not None and not answers(req):
                 row.status, row.message = "unrecorded", "the recording has no check of this configuration here"
     todo = [(row, req) for row, req in rows if req is not None and row.status == "pending"]
@@ -415,12 +415,10 @@ class _Requests:
 
     def request(self, which: str, shape: dict[str, int], config: dict[str, int] | None = None,
                 source: Template | None = None):
-        req = suite.request(self.folder, which, shape, self.dtype, self.variant, config,
-                            sms=self.limits.multiprocessors, arch=self.limits.arch, source=source)
-        if not isinstance(req, Exclusion):
-            req.stream_timing = False  # the search ranks by graph replay; a Python loop adds ~13 us a launch
-            req.l2 = self.l2
-        return req
+        # stream_timing off: the search ranks by graph replay; a Python loop adds ~13 us a launch
+        return suite.request(self.folder, which, shape, self.dtype, self.variant, config,
+                             sms=self.limits.multiprocessors, arch=self.limits.arch, source=source,
+                             stream_timing=False, l2=self.l2)
 
 
 def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,

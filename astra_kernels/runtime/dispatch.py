@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from pydantic import BaseModel, PrivateAttr, model_validator
 
+from astra_kernels.tools.measuring.regimes import L2Regime
 from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
 
 from astra_kernels.kernels_sglang import suite
@@ -56,7 +57,7 @@ class DispatchTable(BaseModel):
     entries: list[DispatchEntry]
     general: dict[str, int] | None = None
     sources: dict[str, str] = {}  # name -> source text: kernels of this table besides the folder's two
-    l2: Literal["cold", "warm"] = "cold"  # the L2 regime it was tuned in (EvaluationRequest.l2)
+    l2: L2Regime = "cold"  # the L2 regime it was tuned in
     _parsed: dict = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")

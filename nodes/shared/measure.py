@@ -99,7 +99,7 @@ def parse_candidate(kernel: str, source: str) -> Template:
 
 
 def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], candidate: Candidate,
-             variant: str = "default"):
+             variant: str = "default", time: bool = True):
     """(the template, and per shape: its label, configuration, and request or Exclusion)."""
     folder = suite.load(kernel)
     worker = stored_evaluator(context, kernel).worker
@@ -114,9 +114,8 @@ def requests(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
         label = folder.spec.label(shape)
         config = candidate.configs.get(label) or template.default
         req = suite.request(folder, which, shape, dtype, variant, config if which == "template" else None,
-                            sms=sms, arch=arch, source=template)
-        if not isinstance(req, Exclusion):
-            req.l2 = context.l2
+                            sms=sms, arch=arch, source=template, check=True, time=time, stream_timing=False,
+                            l2=context.l2)
         planned.append((shape, label, config, req))
     return template, planned
 
@@ -157,14 +156,13 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
     runs the kernel's default variant; odd_shapes checks the others (`variant`)."""
     run = stored_evaluator(context, kernel)
     try:
-        _, planned = requests(context, kernel, dtype, shapes, candidate, variant)
+        _, planned = requests(context, kernel, dtype, shapes, candidate, variant, time)
     except TemplateError as exc:
         return candidate.model_copy(update={"verdict": "invalid", "message": str(exc)})
     def measure(item):
         shape, label, config, req = item
         if isinstance(req, Exclusion):
             return None
-        req.check, req.time, req.stream_timing = True, time, False
         return run(req, kernel=kernel, which=candidate.origin, config=config, shape=shape, dtype=dtype,
                    variant=variant)[0]
 

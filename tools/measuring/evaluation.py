@@ -41,6 +41,7 @@ from astra_kernels.tools.errors import (
 )
 from .guards import GUARD_BYTES, GuardedBuffers
 from .problem import Case, Problem
+from .regimes import L2Regime
 from astra_kernels.tools.toolchain.ceiling import copy_bandwidth, mix_bandwidth, mix_ratio
 from astra_kernels.tools.toolchain.timing import (
     CapturedWork, Timing, fill_async, rotation_count, time_graph, time_stream,
@@ -87,9 +88,7 @@ class EvaluationRequest:
     stream_timing: bool = True
     input_layout: Literal["arena", "separate"] = "arena"
     pdl: bool = False  # launch as a programmatic dependent of the previous grid (tools/toolchain/pdl.py)
-    # "cold": rotating input sets larger than L2, every launch reads memory; "warm": one set,
-    # resident in L2 as when the previous op has just touched it (docs/design.md, two L2 regimes)
-    l2: Literal["cold", "warm"] = "cold"
+    l2: L2Regime = "cold"
     label: str = ""
     # A finalist's re-timing (runner.retime_finalists): round N of a fresh measurement of a
     # configuration already measured, keyed apart from it (results.evaluation_key) only when set.

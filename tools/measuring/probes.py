@@ -31,8 +31,10 @@ def _copy_case(words: int, seed: int) -> Case:
     return Case(inputs={"src": data}, expected={"dst": data})
 
 
-def copy_request(nbytes: int, *, multiprocessors: int = DEFAULT_SMS, threads: int = 512) -> EvaluationRequest:
-    """Copy `nbytes` (a multiple of 16) with a grid-stride vector copy; bytes moved = 2 * nbytes."""
+def copy_request(nbytes: int, *, multiprocessors: int = DEFAULT_SMS, threads: int = 512,
+                 **measuring) -> EvaluationRequest:
+    """Copy `nbytes` (a multiple of 16) with a grid-stride vector copy; bytes moved = 2 * nbytes.
+    `measuring`: the request's measuring choices (EvaluationRequest's fields: l2, pdl, ...)."""
     if nbytes % 16:
         raise ValueError("the copy probe moves whole 16-byte vectors")
     words = nbytes // 4
@@ -46,7 +48,7 @@ def copy_request(nbytes: int, *, multiprocessors: int = DEFAULT_SMS, threads: in
                       bytes_moved=2 * nbytes, label=f"copy {nbytes} B")
     return EvaluationRequest(source=COPY_SOURCE, kernel="copy_vec4",
                              launch=LaunchShape(grid=(blocks,), block=(threads,)),
-                             problem=problem, label=problem.label)
+                             problem=problem, label=problem.label, **measuring)
 
 
 def _mix_case(units: int, reads: int, writes: int, seed: int) -> Case:
@@ -58,7 +60,7 @@ def _mix_case(units: int, reads: int, writes: int, seed: int) -> Case:
 
 
 def mix_requests(read_bytes: int, write_bytes: int, reads: int, writes: int, *,
-                 multiprocessors: int = DEFAULT_SMS) -> list[EvaluationRequest]:
+                 multiprocessors: int = DEFAULT_SMS, **measuring) -> list[EvaluationRequest]:
     """The mix READS:WRITES over about `read_bytes + write_bytes` (whole 16-byte vectors), once
     per launch the ceiling tries (mix_grids); the faster is the probe's time."""
     units = max(1, -(-(read_bytes + write_bytes) // (16 * (reads + writes))))
@@ -71,7 +73,7 @@ def mix_requests(read_bytes: int, write_bytes: int, reads: int, writes: int, *,
                       bytes_moved=16 * units * (reads + writes), label=f"mix {reads}:{writes} {16 * units * (reads + writes)} B")
     return [EvaluationRequest(source=MIX_SOURCE, kernel="mix_vec4", options=mix_options(None, reads, writes),
                               launch=LaunchShape(grid=(blocks,), block=(MIX_THREADS,)), problem=problem,
-                              label=f"{problem.label} grid {blocks}")
+                              label=f"{problem.label} grid {blocks}", **measuring)
             for blocks in mix_grids(units, multiprocessors)]
 
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from astra_kernels.cli.arguments import count
 from astra_kernels.cli.output import console, messages, print_table
+from astra_kernels.tools.measuring.regimes import L2_REGIMES
 from astra_kernels.tools.errors import UsageError
 
 
@@ -26,7 +27,7 @@ def add_parser(sub) -> None:
     bench.add_argument("--no-torch", action="store_true", help="leave out the PyTorch peers")
     bench.add_argument("--layout", choices=["arena", "separate"], default="arena",
                        help="rotating input sets packed in one allocation (default) or one allocation per buffer")
-    bench.add_argument("--l2", choices=["cold", "warm"], default="cold",
+    bench.add_argument("--l2", choices=L2_REGIMES, default="cold",
                        help="L2 regime of every time: cold (rotating inputs larger than L2, the default) or warm "
                             "(one input set, resident as when the previous op has just touched it)")
     bench.add_argument("--pdl", action="store_true",

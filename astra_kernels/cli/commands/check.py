@@ -50,11 +50,12 @@ def run(args) -> int:
         return 2
 
     def planned(device: str = "", sms: int = suite.DEFAULT_SMS, arch: str | None = None):
+        measuring = dict(time=args.time, stream_timing=False)  # timed only with --time, by graph replay
         if tables is None:
             return checking.plan(folder, shapes=shapes, dtypes=dtypes, variants=variants, samples=args.samples,
-                                 sms=sms, arch=arch)
+                                 sms=sms, arch=arch, **measuring)
         return [row for table in tables(device) for row in checking.table_plan(
-            folder, table, shapes=shapes, dtypes=dtypes, variants=variants, sms=sms, arch=arch)]
+            folder, table, shapes=shapes, dtypes=dtypes, variants=variants, sms=sms, arch=arch, **measuring)]
     todo = new_kernel.unfinished(folder.path)  # a folder from `astra new` still to fill in: said, then compiled
     for line in todo:
         console.print(f"[yellow]{new_kernel.TODO}[/yellow] {escape(line)}", highlight=False)
@@ -100,7 +101,7 @@ def run(args) -> int:
                        worker.device["arch"])
         with progress_bar(f"checking {folder.name} on {worker.device['name']}") as update:
             update(total=len(rows))
-            results = checking.run(rows, worker, time=args.time, progress=lambda _: update(advance=1))
+            results = checking.run(rows, worker, progress=lambda _: update(advance=1))
     failed = [r for r in results if r.status not in ("ok", "excluded")]
     if args.json:
         print(json.dumps([r.model_dump() for r in results], indent=2))

@@ -13,6 +13,7 @@ from astra_kernels.cli.arguments import (
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
 from astra_kernels.cli.output import console, messages, progress_bar
+from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
 
 def add_parser(sub) -> None:
@@ -47,7 +48,7 @@ def add_parser(sub) -> None:
     optimize.add_argument("--wall-seconds", type=positive_seconds, default=defaults.wall_seconds,
                           help=f"the whole run (default {defaults.wall_seconds:g})")
     optimize.add_argument("--strategy", default=defaults.strategy, choices=["auto", *STRATEGIES])
-    optimize.add_argument("--l2", choices=["cold", "warm"], default=defaults.l2,
+    optimize.add_argument("--l2", choices=L2_REGIMES, default=defaults.l2,
                           help="L2 regime every candidate is timed in: cold (rotating inputs, the default) or warm "
                                "(inputs resident, as in decode)")
     optimize.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,

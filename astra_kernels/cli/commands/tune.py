@@ -12,6 +12,7 @@ from astra_kernels.cli.arguments import (
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
 from astra_kernels.cli.output import console, messages, progress_bar
+from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
 
 def add_parser(sub) -> None:
@@ -46,7 +47,7 @@ def add_parser(sub) -> None:
                            "dispatch.json or astra tune output folder, for every kind); a parameter the template "
                            "gained after the table was made is set to its default. A re-tune after a template change then keeps the table's picks wherever the "
                            "search finds nothing faster; the start round counts against --budget and --seconds")
-    tune.add_argument("--l2", choices=["cold", "warm"], default="cold",
+    tune.add_argument("--l2", choices=L2_REGIMES, default="cold",
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
                            "default) or warm (inputs resident, as in decode); the dispatch table records it")
     tune.add_argument("--seed", type=int, default=0)
