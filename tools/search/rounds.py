@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from .runner import RoundPlan, Trial
-from .space import Candidate
+from .space import FeasibleConfig
 
 STARVED_FRACTION = 0.6  # under this fraction of copy bandwidth with an idle GPU: more CTAs
 HIDDEN_FRACTION = 0.8  # under this fraction with few resident warps: more warps
@@ -33,11 +33,11 @@ def _key(config: dict[str, int]) -> tuple:
     return tuple(sorted(config.items()))
 
 
-def _ctas(candidate: Candidate) -> int:
+def _ctas(candidate: FeasibleConfig) -> int:
     return math.prod(candidate.grid)
 
 
-def plan_round(candidates: Sequence[Candidate], measured: Sequence[Trial], multiprocessors: int) -> RoundPlan:
+def plan_round(candidates: Sequence[FeasibleConfig], measured: Sequence[Trial], multiprocessors: int) -> RoundPlan:
     """The next round's candidates (never one already measured) and why."""
     tried = {_key(m.config) for m in measured}
     untried = [c for c in candidates if _key(c.config) not in tried]
@@ -82,12 +82,12 @@ def plan_round(candidates: Sequence[Candidate], measured: Sequence[Trial], multi
     return _narrowed(picked, untried, reason)
 
 
-def _narrowed(picked: list[Candidate], untried: list[Candidate], reason: str) -> RoundPlan:
+def _narrowed(picked: list[FeasibleConfig], untried: list[FeasibleConfig], reason: str) -> RoundPlan:
     if not picked:
         return _widen(untried, reason + "; none is left there")
     return RoundPlan(action="narrow", reasons=[reason], candidates=[c.config for c in picked])
 
 
-def _widen(untried: list[Candidate], reason: str) -> RoundPlan:
+def _widen(untried: list[FeasibleConfig], reason: str) -> RoundPlan:
     return RoundPlan(action="widen", reasons=[f"{reason}: widen to all {len(untried)} untried candidates"],
                      candidates=[c.config for c in untried])

@@ -30,7 +30,7 @@ class Pruned(BaseModel):
     reason: str
 
 
-class Candidate(BaseModel):
+class FeasibleConfig(BaseModel):
     """A configuration that compiles and fits the hardware at this shape."""
 
     config: dict[str, int]
@@ -46,7 +46,7 @@ class SpaceReport(BaseModel):
     total: int
     after_constraints: int
     after_compile: int
-    candidates: list[Candidate] = Field(default_factory=list)
+    candidates: list[FeasibleConfig] = Field(default_factory=list)
     pruned: list[Pruned] = Field(default_factory=list)
 
     @property
@@ -100,7 +100,7 @@ def build_space(template: Template, env: Mapping[str, int], base: CompileOptions
         if reason:
             pruned.append(Pruned(config=instance.config, stage="hardware", reason=reason))
             continue
-        candidates.append(Candidate(
+        candidates.append(FeasibleConfig(
             config=instance.config, grid=instance.grid, block=instance.block,
             shared_bytes=instance.shared_bytes, options=opts, resources=resources,
             occupancy=occupancy(resources, threads, instance.shared_bytes, limits),

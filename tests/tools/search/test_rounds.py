@@ -10,14 +10,14 @@ from astra_kernels.tools.search.hardware import Occupancy
 from astra_kernels.tools.search.rounds import plan_round
 from astra_kernels.tools.toolchain.resources import ResourceUsage
 from astra_kernels.tools.search.runner import Budget, Trial, search_rounds
-from astra_kernels.tools.search.space import Candidate
+from astra_kernels.tools.search.space import FeasibleConfig
 
 SMS = 132
 TOKENS = 16
 
 
-def candidate(threads: int, chunks: int, warps: int = 32) -> Candidate:
-    return Candidate(
+def candidate(threads: int, chunks: int, warps: int = 32) -> FeasibleConfig:
+    return FeasibleConfig(
         config={"THREADS": threads, "CHUNKS": chunks}, grid=(TOKENS, chunks, 1), block=(threads, 1, 1),
         shared_bytes=0, options=CompileOptions(), resources=ResourceUsage(registers=32),
         occupancy=Occupancy(blocks_per_sm=1, warps_per_sm=warps, fraction=warps / 64, limiter="blocks"),
