@@ -69,6 +69,19 @@ class Origin(BaseModel):
     port: str  # the suite kernel with this signature
 
 
+def _sweep_tokens(last: int = 16384, step: float = 1.5) -> tuple[int, ...]:
+    counts = list(range(1, 9))
+    while counts[-1] * step < last:
+        counts.append(round(counts[-1] * step))
+    return (*counts, last)
+
+
+# The token axis as a server walks it (issue 42): every count from 1 to 8 (decode's batches), then
+# steps of about 1.5x to 16384 (prefill's): 27 counts, one whatever a table was tuned at.
+SWEEP_TOKENS = _sweep_tokens()
+SWEEP = "sweep"  # the shape set built from them (KernelSpec.sweep_shapes), not kept in a spec
+
+
 class KernelSpec(BaseModel):
     name: str
     summary: str
@@ -87,6 +100,9 @@ class KernelSpec(BaseModel):
     anchors: list[Anchor] = Field(default_factory=list)
     origin: Origin | None = None
     seeds: list[Seed] = Field(default_factory=list)
+    # The sweep's widths besides the serving set's (each the shape's symbols but the first): sizes in
+    # no set, which no table was tuned at, chosen where the kernel's constraints admit them.
+    sweep_widths: list[dict[str, int]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> "KernelSpec":
@@ -113,6 +129,12 @@ class KernelSpec(BaseModel):
                 unknown = Expression(text).names - known
                 if unknown:
                     raise ValueError(f"{self.name}: seed {seed.note!r} sets {name} from unknown symbol(s) {sorted(unknown)}")
+        for width in self.sweep_widths:
+            if set(width) != set(self.symbols[1:]):
+                raise ValueError(f"{self.name}: sweep width {width} must set exactly {self.symbols[1:]} (all but the "
+                                 f"token symbol {self.symbols[0]})")
+        if SWEEP in self.shapes:
+            raise ValueError(f"{self.name}: the {SWEEP!r} set is built from the serving set (sweep_shapes), not listed")
         for anchor in self.anchors:
             if anchor.variant not in self.variants:
                 raise ValueError(f"{self.name}: anchor variant {anchor.variant} is not a variant")
@@ -138,6 +160,26 @@ class KernelSpec(BaseModel):
                     seen.add(key)
                     shapes.append(shape)
         return shapes
+
+    def sweep_shapes(self) -> list[dict[str, int]]:
+        """The sweep set: the first symbol (the tokens) over SWEEP_TOKENS at every width of the
+        serving set (else of the default shapes) and at `sweep_widths`; the width order kept."""
+        token, rest = self.symbols[0], self.symbols[1:]
+        widths: list[dict[str, int]] = []
+        for shape in [*(self.shapes.get("serving") or self.default_shapes()), *self.sweep_widths]:
+            width = {s: shape[s] for s in rest}
+            if width not in widths:
+                widths.append(width)
+        return [{token: t, **width} for width in widths for t in SWEEP_TOKENS]
+
+    def shape_set(self, name: str) -> list[dict[str, int]]:
+        """A named set's shapes: the spec's own, or the sweep built from them; a name it has not,
+        a KeyError naming the ones it has."""
+        if name == SWEEP:
+            return self.sweep_shapes()
+        if name not in self.shapes:
+            raise KeyError(f"{self.name} has no shape set {name!r}; it has {', '.join([*self.shapes, SWEEP])}")
+        return self.shapes[name]
 
     def label(self, shape: dict[str, int]) -> str:
         return "x".join(str(shape[s]) for s in self.symbols)

@@ -12,15 +12,17 @@ from astra_kernels.tools.errors import UsageError
 
 def shapes_from(folder, args) -> list[dict] | None:
     """--shapes (comma-separated, e.g. 16x4096,64x8192), else --set NAME[,NAME...] (the sets' shapes
-    in order, each once), else None (the command's default)."""
+    in order, each once; `sweep` is the token axis at the serving widths: KernelSpec.sweep_shapes),
+    else None (the command's default)."""
     if args.shapes is not None:
         return folder.spec.parse_shapes(args.shapes)
     if args.set:
         shapes: list[dict] = []
         for name in (n.strip() for n in args.set.split(",")):
-            if name not in folder.spec.shapes:
-                raise UsageError(f"{folder.name} has no shape set {name!r}; it has {', '.join(folder.spec.shapes)}")
-            shapes += [s for s in folder.spec.shapes[name] if s not in shapes]
+            try:
+                shapes += [s for s in folder.spec.shape_set(name) if s not in shapes]
+            except KeyError as exc:
+                raise UsageError(exc.args[0]) from None
         return shapes
     return None
 

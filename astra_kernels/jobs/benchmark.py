@@ -552,6 +552,37 @@ def render_markdown(report: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+SWEEP_LINES = {"tuned": "tuned_us", "baseline (SGLang's, ported)": "baseline_us", "SGLang JIT": "sglang_jit_us",
+               "torch.compile": "torch_compile_us", "torch eager": "torch_eager_us"}
+SWEEP_MIN_POINTS = 4  # token counts a width needs before it gets a chart: a sweep, not a shape set's few
+
+
+def sweep_charts(report: BenchReport) -> dict[str, str]:
+    """A chart per kernel and width (every symbol but the tokens) that the report measured at
+    SWEEP_MIN_POINTS token counts or more (`--set sweep`): time against tokens, both axes log, a
+    line per peer and one for the physical floor (the copy floor where the mix was not measured).
+    Keyed by file name, `sweep-<kernel>-<width>.svg`."""
+    groups: dict[tuple[str, str], list[BenchRow]] = {}
+    for row in report.rows:
+        symbols = suite.load(row.kernel).spec.symbols if row.kernel in suite.names() else list(row.shape)
+        width = "x".join(str(row.shape[s]) for s in symbols[1:])
+        groups.setdefault((row.kernel, width), []).append(row)
+    charts = {}
+    for (kernel, width), rows in groups.items():
+        token = next(iter(rows[0].shape))
+        rows = sorted(rows, key=lambda r: r.shape[token])
+        if len({r.shape[token] for r in rows}) < SWEEP_MIN_POINTS:
+            continue
+        series = {name: [(r.shape[token], getattr(r, field)) for r in rows if getattr(r, field)]
+                  for name, field in SWEEP_LINES.items()}
+        series["floor"] = [(r.shape[token], r.mix_floor_us or r.floor_us) for r in rows if r.mix_floor_us or r.floor_us]
+        charts[f"sweep-{kernel}-{width}.svg"] = plots.line_chart(
+            {name: line for name, line in series.items() if line}, log_x=True, log_y=True,
+            title=f"{kernel} at {width}: time against tokens ({report.device}, {report.l2} L2)",
+            ylabel="microseconds per call", xlabel=f"tokens ({token})")
+    return charts
+
+
 def chart(report: BenchReport) -> str:
     """Each shape's fraction of the bandwidth of its own read/write mix (the copy's where the mix
     was not measured): baseline, tuned, torch.compile."""

@@ -31,9 +31,18 @@ def _ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
-def _frame(title: str, ylabel: str, xlabel: str, ticks: list[float], width: int = WIDTH) -> list[str]:
+def _tick_text(value: float) -> str:
+    """A tick's label: whole numbers written out (10000, not 1e+04), others to four figures."""
+    return str(int(value)) if value >= 1 and value == int(value) else f"{value:.4g}"
+
+
+def _frame(title: str, ylabel: str, xlabel: str, ticks: list[float], width: int = WIDTH,
+           positions: list[float] | None = None) -> list[str]:
+    """The canvas, title, axis labels and the y ticks' grid; `positions` places the ticks where they
+    are not their values (a log axis: their logarithms)."""
     plot_h = HEIGHT - TOP - BOTTOM
-    low, high = ticks[0], ticks[-1]
+    positions = positions or ticks
+    low, high = positions[0], positions[-1]
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{HEIGHT}" '
         f'viewBox="0 0 {width} {HEIGHT}" font-family="sans-serif" font-size="11">',
@@ -43,10 +52,10 @@ def _frame(title: str, ylabel: str, xlabel: str, ticks: list[float], width: int 
         f'text-anchor="middle">{escape(ylabel)}</text>',
         f'<text x="{LEFT + (width - LEFT - RIGHT) / 2}" y="{HEIGHT - 8}" text-anchor="middle">{escape(xlabel)}</text>',
     ]
-    for tick in ticks:
-        y = TOP + plot_h * (1 - (tick - low) / (high - low))
+    for tick, position in zip(ticks, positions):
+        y = TOP + plot_h * (1 - (position - low) / (high - low))
         parts.append(f'<line x1="{LEFT}" x2="{width - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{tick:.4g}</text>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_tick_text(tick)}</text>')
     return parts
 
 
@@ -113,24 +122,29 @@ def grouped_bar_chart(labels: Sequence[str], series: Mapping[str, Sequence[float
 
 
 def line_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, title: str, ylabel: str,
-               xlabel: str) -> str:
-    """One polyline per named series of (x, y) points, with a legend."""
-    points = [p for line in series.values() for p in line]
-    xs, ys = [p[0] for p in points] or [0.0, 1.0], [p[1] for p in points] or [0.0, 1.0]
-    x_ticks = _ticks(min(xs), max(max(xs), min(xs) + 1))
-    x_low, x_high = x_ticks[0], x_ticks[-1]
-    y_ticks = _ticks(min(ys), max(ys) + 0.05 * (max(ys) - min(ys) or 1.0))
-    y_low, y_high = y_ticks[0], y_ticks[-1]
+               xlabel: str, log_x: bool = False, log_y: bool = False) -> str:
+    """One polyline per named series of (x, y) points, with a legend; a log axis (values > 0) for
+    quantities that span decades (tokens 1 to 16384, microseconds 2 to 2000), ticked in its units."""
+    points = [p for line in series.values() for p in line if (not log_x or p[0] > 0) and (not log_y or p[1] > 0)]
+    series = {name: [p for p in line if (not log_x or p[0] > 0) and (not log_y or p[1] > 0)]
+              for name, line in series.items()}
+    xs, ys = [p[0] for p in points] or [1.0, 10.0], [p[1] for p in points] or [1.0, 10.0]
+    x_ticks = _log_ticks(min(xs), max(xs)) if log_x else _ticks(min(xs), max(max(xs), min(xs) + 1))
+    y_ticks = (_log_ticks(min(ys), max(ys)) if log_y else
+               _ticks(min(ys), max(ys) + 0.05 * (max(ys) - min(ys) or 1.0)))
+    to_x, to_y = (math.log10 if log_x else float), (math.log10 if log_y else float)
+    x_low, x_high = to_x(x_ticks[0]), to_x(x_ticks[-1])
+    y_low, y_high = to_y(y_ticks[0]), to_y(y_ticks[-1])
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    parts = _frame(title, ylabel, xlabel, y_ticks)
+    parts = _frame(title, ylabel, xlabel, y_ticks, positions=[to_y(t) for t in y_ticks] if log_y else None)
 
     def at(x: float, y: float) -> str:
-        return (f"{LEFT + plot_w * (x - x_low) / (x_high - x_low):.1f},"
-                f"{TOP + plot_h * (1 - (y - y_low) / (y_high - y_low)):.1f}")
+        return (f"{LEFT + plot_w * (to_x(x) - x_low) / (x_high - x_low):.1f},"
+                f"{TOP + plot_h * (1 - (to_y(y) - y_low) / (y_high - y_low)):.1f}")
 
     for tick in x_ticks:
-        parts.append(f'<text x="{at(tick, y_low).split(",")[0]}" y="{TOP + plot_h + 14}" '
-                     f'text-anchor="middle">{tick:.4g}</text>')
+        parts.append(f'<text x="{at(tick, y_ticks[0]).split(",")[0]}" y="{TOP + plot_h + 14}" '
+                     f'text-anchor="middle">{_tick_text(tick)}</text>')
     for i, (name, line) in enumerate(series.items()):
         colour = COLOURS[i % len(COLOURS)]
         if line:

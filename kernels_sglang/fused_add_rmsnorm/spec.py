@@ -41,6 +41,7 @@ SPEC = KernelSpec(
     bytes_moved="(4 * T * H + H) * ELEM_BYTES",
     flops="5 * T * H",
     seeds=ROW_SEEDS,  # the same template parameters
+    sweep_widths=[{"H": 5120}, {"H": 3584}],  # the sweep's widths in no set: Qwen2.5-14B's and Qwen2-7B's hidden sizes
     anchors=[
         a for (t, h), hs, hc, ns, nc in _ANCHORS
         for a in (Anchor(device="H200", shape={"T": t, "H": h}, sglang_us=hs, torch_compile_us=hc),

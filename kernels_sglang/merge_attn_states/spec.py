@@ -59,6 +59,7 @@ SPEC = KernelSpec(
     flops="3 * N * HD * D + 10 * N * HD",
     # The default tolerances hold: s is fp32 with rtol 1e-4 / atol 1e-5, and fast-math exp/log
     # (ex2.approx, lg2.approx) err by a few 1e-7 absolute on s = m + log(1 + w), w in [0, 1].
+    sweep_widths=[{"HD": 8, "D": 128}],  # the sweep's widths in no set: eight heads a GPU (a 64-head model over 8-way tensor parallelism)
     anchors=[
         a for (n, hd, d), hs, hc, ns, nc in _ANCHORS
         for a in (Anchor(device="H200", shape=_shape(n, hd, d), sglang_us=hs, torch_compile_us=hc),

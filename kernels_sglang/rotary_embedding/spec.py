@@ -59,5 +59,6 @@ SPEC = KernelSpec(
     flops="3 * N * (HQ + HK) * R",
     # The default bf16/fp16 tolerances fit: the result is one fp32 rotation rounded once to the
     # storage type (tests/kernels_sglang/test_rotary_embedding.py simulates it against them).
+    sweep_widths=[{"HQ": 40, "HK": 8, "D": 128, "R": 128, "P": 4096}],  # the sweep's widths in no set: Qwen2.5-14B's 40 query heads
     anchors=[],  # docs/kernels.md's H200/H100 tables have no rotary-embedding rows
 )

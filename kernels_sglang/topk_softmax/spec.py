@@ -43,5 +43,6 @@ SPEC = KernelSpec(
     # Weights use the default fp32 tolerance (rtol 1e-4, atol 1e-5): the probabilities are fp32
     # math on exact logits, and fast-math exp (ex2.approx) is off by a few ulp at most.
     # docs/kernels.md has no measured rows for topk_softmax in its H200 or H100 tables: no anchors.
+    sweep_widths=[{"E": 32, "K": 4}],  # the sweep's widths in no set: 32 experts, top 4
     anchors=[],
 )

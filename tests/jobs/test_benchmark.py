@@ -385,3 +385,45 @@ def test_norm_code_gap_saved_run_gives_the_figures_performance_md_cites(tmp_path
                        ([], "give OUT.json")):
         bad = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=120)
         assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and says in bad.stderr, (args, bad.stderr)
+
+
+def test_a_sweep_gets_a_chart_per_kernel_and_width_with_a_line_per_peer_and_the_floor(tmp_path, capsys):
+    """`astra bench --set sweep`: time against tokens for each width measured at four token counts
+    or more (log axes), a line per peer and one for the floor; a width with fewer gets none. `--from`
+    draws them again without a GPU."""
+    import json
+    import re
+
+    rows = [_row("rmsnorm", f"{t}x4096", 2.0 + t / 100, 1.5 + t / 120, floor=1.0 + t / 200, torch_compile_us=1.8 + t / 110,
+                 mix_floor_us=0.9 + t / 210) for t in (1, 2, 8, 1022, 16384)]
+    rows += [_row("rmsnorm", "16x8192", 3.0, 2.0), _row("rmsnorm", "64x8192", 4.0, 3.0)]
+    report = _report(rows)
+    charts = benchmark.sweep_charts(report)
+    assert list(charts) == ["sweep-rmsnorm-4096.svg"]
+    svg = charts["sweep-rmsnorm-4096.svg"]
+    for line in ("tuned", "baseline (SGLang&#x27;s, ported)", "torch.compile", "floor"):
+        assert f"<title>{line}</title>" in svg, line
+    assert "torch eager" not in svg  # not measured: no line
+    assert len(re.findall(r"<polyline", svg)) == 4 and ">10000<" in svg  # the log token axis' last decade
+    (tmp_path / "bench.json").write_text(report.model_dump_json())
+    assert cli.main(["bench", "--from", str(tmp_path / "bench.json"), "--out", str(tmp_path / "again"), "--json"]) == 0
+    json.loads(capsys.readouterr().out)
+    assert (tmp_path / "again" / "sweep-rmsnorm-4096.svg").read_text() == svg
+
+
+def test_the_sweep_set_is_the_token_axis_at_the_serving_widths_and_some_in_no_set():
+    from astra_kernels.kernels_sglang.schema import SWEEP_TOKENS
+
+    assert SWEEP_TOKENS[:8] == tuple(range(1, 9)) and SWEEP_TOKENS[-1] == 16384 and len(SWEEP_TOKENS) == 27
+    assert all(1.3 < b / a <= 1.6 for a, b in zip(SWEEP_TOKENS[8:], SWEEP_TOKENS[9:]))
+    for name in suite.names():
+        spec = suite.load(name).spec
+        shapes = spec.sweep_shapes()
+        widths = {tuple(s[k] for k in spec.symbols[1:]) for s in shapes}
+        serving = {tuple(s[k] for k in spec.symbols[1:]) for s in spec.shapes.get("serving", [])}
+        untuned = {tuple(w[k] for k in spec.symbols[1:]) for w in spec.sweep_widths}
+        assert widths == serving | untuned and untuned and not untuned & {
+            tuple(s[k] for k in spec.symbols[1:]) for s in spec.all_shapes()}, name  # in no set
+        assert len(shapes) == len(widths) * len(SWEEP_TOKENS) and spec.shape_set("sweep") == shapes
+        folder = suite.load(name)
+        suite.check_run(folder, shapes, spec.default_dtype())  # the baseline runs at every point

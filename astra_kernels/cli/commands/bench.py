@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
     bench.add_argument("--kernels", help="comma-separated (default: the whole suite)")
     bench.add_argument("--set", default="astra,serving",
                        help="shape sets, comma-separated: astra, serving, odd, decode (astra and serving shapes of "
-                            "at most 16 tokens) or all (default astra,serving)")
+                            "at most 16 tokens), sweep (27 token counts from 1 to 16384 at the serving widths and a "
+                            "few in no set; a chart per width) or all (default astra,serving)")
     bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
     bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
     bench.add_argument("--tuned", help="`astra tune`'s --out folder, or a folder of them, one KERNEL/ subfolder each "
@@ -43,20 +44,23 @@ def add_parser(sub) -> None:
 
 def bench_shapes(folder, args) -> list[dict]:
     """--shapes, else the named sets (comma-separated; `all` is every set) that the kernel has;
-    `decode` is the astra and serving shapes of at most DECODE_TOKENS tokens (issue 5's decode goal)."""
+    `decode` is the astra and serving shapes of at most DECODE_TOKENS tokens (issue 5's decode goal);
+    `sweep` the token axis at the serving widths and a few in no set (KernelSpec.sweep_shapes)."""
     from astra_kernels.jobs.benchmark import DECODE_TOKENS
 
     if args.shapes is not None:
         return folder.spec.parse_shapes(args.shapes)
     wanted = list(folder.spec.shapes) if args.set == "all" else args.set.split(",")
-    unknown = [w for w in wanted if w not in ("astra", "serving", "odd", "decode")]
+    unknown = [w for w in wanted if w not in ("astra", "serving", "odd", "decode", "sweep")]
     if unknown:
-        raise UsageError(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd, decode or all")
+        raise UsageError(f"unknown shape set(s) {', '.join(unknown)}: use astra, serving, odd, decode, sweep or all")
     decode = [s for name in ("astra", "serving") for s in folder.spec.shapes.get(name, [])
               if next(iter(s.values())) <= DECODE_TOKENS]
     seen, shapes = set(), []
     for name in wanted:
-        for shape in decode if name == "decode" else folder.spec.shapes.get(name, []):
+        chosen = decode if name == "decode" else folder.spec.sweep_shapes() if name == "sweep" else \
+            folder.spec.shapes.get(name, [])
+        for shape in chosen:
             if folder.spec.label(shape) not in seen:
                 seen.add(folder.spec.label(shape))
                 shapes.append(shape)
@@ -175,6 +179,8 @@ def _bench_outputs(args, report) -> int:
         (out / "bench.json").write_text(report.model_dump_json(indent=2))
         (out / "bench.md").write_text(benchmark.render_markdown(report))
         (out / "bench.svg").write_text(benchmark.chart(report))
+        for name, svg in benchmark.sweep_charts(report).items():  # `--set sweep`: one per kernel and width
+            (out / name).write_text(svg)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     check = sub.add_parser("check", help="compile and test a kernel's baseline and template sample on the GPU")
     check.add_argument("kernel", help="a kernel of the suite (see `astra kernels`)")
     check.add_argument("--shapes", help="comma-separated shapes, e.g. 16x4096,64x8192 (default: every set)")
-    check.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd)")
+    check.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd; every kernel has sweep, the token axis at its serving widths)")
     check.add_argument("--dtype", help="comma-separated dtypes (default: all of the kernel's)")
     check.add_argument("--variant", help="comma-separated variants (default: all)")
     check.add_argument("--samples", type=count, default=4, help="template configurations per shape (default 4)")

@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     tune = sub.add_parser("tune", help="search a kernel's template on the local GPU (the offline main job)")
     tune.add_argument("kernel", nargs="+", help="one kernel or several (each to out/KERNEL)")
     tune.add_argument("--shapes", help="comma-separated shapes (default: the kernel's astra set, else serving)")
-    tune.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd)")
+    tune.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd; every kernel has sweep, the token axis at its serving widths)")
     tune.add_argument("--dtype")
     tune.add_argument("--variant", default="default")
     tune.add_argument("--strategy", default="auto", choices=["auto", *STRATEGIES],

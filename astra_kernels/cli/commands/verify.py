@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
     verify = sub.add_parser("verify", help="run a tuned dispatch table through the correctness checks at every shape")
     verify.add_argument("out", help="the output folder of `astra tune`")
     verify.add_argument("--shapes", help="comma-separated shapes (default: every shape of every set)")
-    verify.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd)")
+    verify.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd; every kernel has sweep, the token axis at its serving widths)")
     verify.add_argument("--store", help="results store (default OUT/results.sqlite)")
     verify.add_argument("--gpu", type=count, default=0)
     verify.set_defaults(run=run)
