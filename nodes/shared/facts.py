@@ -267,6 +267,29 @@ def resources(candidate: Candidate) -> str:
     return ", ".join(k for k in known if k)
 
 
+def describe_contract(spec: KernelSpec, dtype: str, run_labels: set[str] = frozenset()) -> str:
+    """What a kernel must get right before any time counts, as the tester checks it (measure.evaluate
+    and odd_shapes): a model that is not told writes a rewrite fast at the timed shapes that fails at
+    width 12 and spends its repairs discovering the rules."""
+    odd = [spec.label(s) for s in spec.shapes.get("odd", []) if spec.label(s) not in run_labels]
+    others = [f"{d} ({v})" for d in spec.dtypes for v in spec.variants if (d, v) != (dtype, "default")]
+    lines = ["- Every output is compared with the float64 reference within the tolerance above. Each `out` "
+             "argument is filled with NaN before every run, so every element must be written; `in` arguments "
+             "must come back unchanged; an `inout` argument must end with the reference's value.",
+             "- Checked at every shape below, and, before the kernel may hold any shape, also where a server "
+             "runs it untimed: " + (f"the odd shapes {', '.join(odd)} ({'x'.join(spec.symbols)}; sizes no tuning times, "
+                                    "as a server meets them)" if odd else "no odd shapes")
+             + (f"; and in every other dtype and variant the kernel serves: {', '.join(others)} (the same source, "
+                "compiled with that DTYPE and variant)" if others else "") + ". A failure at any of them rejects "
+             "the kernel everywhere.",
+             "- A shape the kernel cannot handle is declared, never failed: `//@ require EXPRESSION -- why` (of "
+             "the shape symbols, ELEM_BYTES and SMS) excludes the shapes where it is false, and another kernel "
+             "serves them (e.g. `//@ require " + (spec.symbols[-1] if spec.symbols else "N")
+             + " * ELEM_BYTES % 16 == 0 -- whole 16-byte vectors`). A kernel that excludes every odd shape is "
+             "kept only where it runs."]
+    return "\n".join(lines)
+
+
 def model_facts(state: AgentState) -> str:
     """Everything measured and declared that a model needs to plan or write a kernel: the
     kernel's meaning, the GPU, the helpers common.cuh gives, and each shape's best time against
@@ -279,7 +302,10 @@ def model_facts(state: AgentState) -> str:
                      base_times.get(label)) for label, entry in front.items()]
     holders = "\n".join(f"- {label}: candidate {e['candidate']} ({e['origin']})"
                         + (f" at {e['config']}" if e.get("config") else "") for label, e in front.items())
+    run_labels = {spec.label(s) for s in state.get("shapes") or []}
     sections = [("The kernel", describe_kernel(spec, state["dtype"])),
+                ("What a kernel must get right (checked before any time counts)",
+                 describe_contract(spec, state["dtype"], run_labels)),
                 ("The GPU", describe_gpu(gpu.get("device") or {}, gpu.get("copy_bandwidth_gbs"),
                                          gpu.get("launch_floor_us"))),
                 ("What common.cuh gives kernels", device_helpers()),

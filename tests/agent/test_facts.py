@@ -118,3 +118,21 @@ def test_model_facts_omit_unknown_compiler_facts_and_name_each_shapes_holder():
     assert "- 16x4096: candidate 1 (tune) at {'VEC': 4}" in text and "Fake GPU" in text and "132" in text
     known = facts.model_facts({**state, "best": baseline.model_dump()})
     assert "## Candidate 0's resources\n32 registers per thread, no spills" in known
+
+
+def test_the_models_are_told_the_correctness_contract_the_tester_holds_them_to():
+    """The odd shapes the run does not time, every other dtype and variant, NaN-filled outputs and
+    `//@ require`: the facts the planner, generator and templater read (issue 43)."""
+    from astra_kernels.kernels_sglang import suite
+
+    spec = suite.load("silu_and_mul").spec
+    baseline = Candidate(id=0, origin="baseline", source="", measurements=[
+        ShapeMeasurement(label="16x4096", status="ok", median_us=3.0, floor_us=0.4)])
+    state = {"kernel": "silu_and_mul", "dtype": "bf16", "baseline": baseline.model_dump(), "shapes": [
+        {"T": 3, "D": 1002}], "gpu": {}, "front": {}}
+    text = facts.model_facts(state)
+    section = text.split("## What a kernel must get right (checked before any time counts)\n")[1].split("\n## ")[0]
+    odd = [spec.label(s) for s in spec.shapes["odd"]]
+    assert all(label in section for label in odd if label != "3x1002") and "3x1002" not in section  # timed: not odd
+    assert "fp16 (default)" in section and "bf16 (gelu)" in section and "bf16 (default)" not in section
+    assert "filled with NaN" in section and "//@ require" in section and "rejects the kernel everywhere" in section
