@@ -39,15 +39,28 @@ def fixed_source(source: str, config: dict[str, int]) -> str:
     return re.sub(r"^//@ default:.*\n", "", source, flags=re.M)
 
 
+def token_text(c: dict) -> str:
+    """A role's tokens as the report says them: unknown where the server reported no usage for
+    any answer (some servers never do), and how many answers lack it where only some do."""
+    answered = c["answered"] if "answered" in c else c["calls"] - c["failed"] - c["timed_out"]
+    unreported = c.get("unreported", 0)
+    if answered and unreported >= answered:
+        return "tokens unknown (the server reported no usage)"
+    text = f"{c['input_tokens']} tokens in, {c['output_tokens']} out"
+    return text + (f" ({unreported} of {answered} answers without usage)" if unreported else "")
+
+
 def costs(state: AgentState) -> dict:
     """Model requests and tokens per role, the agent's evaluation seconds, the searches' and the run's wall time."""
     roles: dict[str, dict] = {}
     for call in state.get("calls", []):
         role = roles.setdefault(call["role"], {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
-                                               "output_tokens": 0, "seconds": 0.0})
+                                               "output_tokens": 0, "unreported": 0, "seconds": 0.0})
         role["calls"] += 1
         role["failed"] += call["outcome"] == "failed"
         role["timed_out"] += call["outcome"] == "timed_out"
+        # an answer whose server sent no usage: its tokens are unknown, not zero
+        role["unreported"] += call["outcome"] == "answered" and call.get("output_tokens") is None
         role["input_tokens"] += call.get("input_tokens") or 0
         role["output_tokens"] += call.get("output_tokens") or 0
         role["seconds"] = round(role["seconds"] + call["seconds"], 3)
@@ -142,7 +155,12 @@ def render(report: dict) -> str:
     lines += ["", f"Stopped: {report['stop_reason']}", "", "## Cost", ""]
     for role, c in cost["models"].items():
         lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out), "
-                     f"{c['input_tokens']} tokens in, {c['output_tokens']} out, {c['seconds']:.1f} s")
+                     f"{token_text(c)}, {c['seconds']:.1f} s")
+    if len(cost["models"]) > 1:
+        total = {k: sum(c.get(k, 0) for c in cost["models"].values())
+                 for k in ("calls", "input_tokens", "output_tokens", "unreported", "seconds")}
+        total["answered"] = sum(c["calls"] - c["failed"] - c["timed_out"] for c in cost["models"].values())
+        lines.append(f"- all roles: {total['calls']} requests, {token_text(total)}, {total['seconds']:.1f} s")
     lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of the agent's own evaluations (a replay: as recorded); "
                  f"the tuner's searches {cost['search_seconds']:.1f} s of wall time; the run {cost['wall_seconds']} s")
     lines += ["", "## The path", ""]

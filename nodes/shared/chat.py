@@ -4,8 +4,9 @@ Any LangChain chat model works. `openai:NAME` (the default family) is built with
 langchain-openai, which also reaches OpenAI-compatible servers through `base_url`. Each role
 (planner, coder) may have its own model and settings, and every answer has an output-token cap.
 `Asker` retries 429, 5xx and dropped connections with exponential backoff (`max_retries`); a
-request that outlives `timeout_s` is a failed answer, not retried (the server would still be
-generating the abandoned one), and every request is recorded for the report's costs. Other providers go through `langchain.chat_models.init_chat_model`
+request that outlives `timeout_s` is asked once more (a reasoning model's long think, a server's
+queue: issue 43), then is a failed answer (not a third time: the server may still be generating
+the abandoned ones), and every request is recorded for the report's costs. Other providers go through `langchain.chat_models.init_chat_model`
 when the `langchain` package is installed.
 
 Plans are asked with the JSON schema in the prompt and, where the provider has one, as its
@@ -186,6 +187,9 @@ def from_messages(messages: list[BaseMessage]) -> list[Message]:
     return [Message(role=roles[m.type], content=_text(m)) for m in messages]
 
 
+TIMEOUT_RETRIES = 1  # a request that timed out is asked again this many times, at once
+
+
 class Asker:
     """Asks one role's model and accounts for every request: the run's costs per role come from
     these records, and a request that failed is recorded as failed, not forgotten."""
@@ -199,6 +203,7 @@ class Asker:
         is none. Any exception counts: providers raise their own types, and a non-chat body
         surfaces as ValueError or TypeError."""
         runnable = self.model.bind(**bind) if bind else self.model
+        timeouts = 0
         for attempt in range(self.retries + 1):
             started = time.monotonic()
             try:
@@ -211,7 +216,10 @@ class Asker:
                     what = f"Unexpected response type (not a chat completion): {what}"
                 text = redact(f"the chat model did not answer: {what}: {exc}", *_keys(self.model))[:600]
                 if kind == "timeout":
-                    raise ModelTimedOut(text) from exc
+                    timeouts += 1
+                    if timeouts > TIMEOUT_RETRIES or attempt == self.retries:
+                        raise ModelTimedOut(text) from exc
+                    continue
                 if kind != "transient" or attempt == self.retries:
                     raise ModelUnavailable(text) from exc
                 time.sleep(min(self.backoff_s * 2 ** attempt, 30.0))

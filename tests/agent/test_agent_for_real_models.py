@@ -156,7 +156,7 @@ def test_a_candidate_identical_to_one_measured_is_refused_and_repaired(tmp_path)
     assert "candidate 0 (baseline) again" in model.seen[3][-1].content
 
 
-def test_a_timeout_is_a_failed_answer_and_never_sent_again():
+def test_a_timeout_is_asked_once_more_then_is_a_failed_answer():
     calls = []
 
     class Slow(ScriptedChatModel):
@@ -167,7 +167,11 @@ def test_a_timeout_is_a_failed_answer_and_never_sent_again():
     asker = Asker(Slow(answers=[]), "coder", retries=4, backoff_s=0)
     with pytest.raises(ModelTimedOut):
         asker.invoke([])
-    assert len(calls) == 1 and asker.calls[0]["outcome"] == "timed_out"
+    assert len(calls) == 2 and [c["outcome"] for c in asker.calls] == ["timed_out", "timed_out"]
+    timeout = openai.APITimeoutError(request=httpx.Request("POST", "http://x/v1/chat/completions"))
+    once = Asker(ScriptedChatModel(answers=[timeout, "late but fine"]), "coder", retries=4, backoff_s=0)
+    assert once.invoke([]).content == "late but fine"
+    assert [c["outcome"] for c in once.calls] == ["timed_out", "answered"]
 
 
 def test_a_rate_limit_is_retried_then_answered_and_every_request_is_counted():
@@ -206,7 +210,7 @@ def test_repairs_keep_the_turns_alternating_after_unusable_answers_and_timeouts(
     """Chat templates of many servers (Gemma's, Mistral's) refuse two user turns in a row: a repair
     after two unusable answers follows them, and a request that timed out is asked again as it was."""
     timeout = openai.APITimeoutError(request=httpx.Request("POST", "http://x/v1/chat/completions"))
-    model = ScriptedChatModel(answers=["ready", decision("rewrite"), "no code", "still none", timeout,
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), "no code", "still none", timeout, timeout,
                                        code_answer("us=1.5"), decision("stop")])
     result = run(tmp_path, model, retries=2)
     assert verdicts(result) == ["invalid", "invalid", "accepted"]

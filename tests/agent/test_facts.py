@@ -136,3 +136,17 @@ def test_the_models_are_told_the_correctness_contract_the_tester_holds_them_to()
     assert all(label in section for label in odd if label != "3x1002") and "3x1002" not in section  # timed: not odd
     assert "fp16 (default)" in section and "bf16 (gelu)" in section and "bf16 (default)" not in section
     assert "filled with NaN" in section and "//@ require" in section and "rejects the kernel everywhere" in section
+
+
+def test_the_cost_says_tokens_are_unknown_where_the_server_reported_none():
+    """A server that reports no usage (some OpenAI-compatible ones) must not read as "0 tokens";
+    several roles get a total line."""
+    from astra_kernels.nodes.reporter import costs, token_text
+
+    calls = [{"role": "planner", "seconds": 1.0, "outcome": "answered", "input_tokens": None, "output_tokens": None},
+             {"role": "coder", "seconds": 2.0, "outcome": "answered", "input_tokens": 100, "output_tokens": 50},
+             {"role": "coder", "seconds": 2.0, "outcome": "answered", "input_tokens": None, "output_tokens": None},
+             {"role": "coder", "seconds": 9.0, "outcome": "timed_out"}]
+    models = costs({"calls": calls})["models"]
+    assert token_text(models["planner"]) == "tokens unknown (the server reported no usage)"
+    assert token_text(models["coder"]) == "100 tokens in, 50 out (1 of 2 answers without usage)"
