@@ -102,6 +102,7 @@ class ModelCall(BaseModel):
     input_tokens: int | None = None
     output_tokens: int | None = None
     outcome: Literal["answered", "failed", "timed_out"] = "answered"
+    truncated: bool = False  # answered, but cut off at the output cap (finish_reason length)
 
 
 class Decision(BaseModel):

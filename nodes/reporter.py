@@ -26,9 +26,11 @@ from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, Decision, FrontEntry
+
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
+from astra_kernels.nodes.shared.chat import TRUNCATED_CAP_FACTOR
 from astra_kernels.nodes.shared.progress import say
 
 
@@ -55,12 +57,13 @@ def costs(state: AgentState) -> dict:
     roles: dict[str, dict] = {}
     for call in state.get("calls", []):
         role = roles.setdefault(call["role"], {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
-                                               "output_tokens": 0, "unreported": 0, "seconds": 0.0})
+                                               "output_tokens": 0, "unreported": 0, "truncated": 0, "seconds": 0.0})
         role["calls"] += 1
         role["failed"] += call["outcome"] == "failed"
         role["timed_out"] += call["outcome"] == "timed_out"
         # an answer whose server sent no usage: its tokens are unknown, not zero
         role["unreported"] += call["outcome"] == "answered" and call.get("output_tokens") is None
+        role["truncated"] += bool(call.get("truncated"))
         role["input_tokens"] += call.get("input_tokens") or 0
         role["output_tokens"] += call.get("output_tokens") or 0
         role["seconds"] = round(role["seconds"] + call["seconds"], 3)
@@ -154,7 +157,9 @@ def render(report: dict) -> str:
     cost = report["costs"]
     lines += ["", f"Stopped: {report['stop_reason']}", "", "## Cost", ""]
     for role, c in cost["models"].items():
-        lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out), "
+        cut = (f", {c['truncated']} cut off at the output cap (each asked again once with "
+               f"{TRUNCATED_CAP_FACTOR}x the cap where the cap is known)") if c.get("truncated") else ""
+        lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out{cut}), "
                      f"{token_text(c)}, {c['seconds']:.1f} s")
     if len(cost["models"]) > 1:
         total = {k: sum(c.get(k, 0) for c in cost["models"].values())

@@ -225,13 +225,14 @@ class Asker:
                 time.sleep(min(self.backoff_s * 2 ** attempt, 30.0))
                 continue
             usage = getattr(answer, "usage_metadata", None) or {}
-            self._record(started, "answered", usage.get("input_tokens"), usage.get("output_tokens"))
+            self._record(started, "answered", usage.get("input_tokens"), usage.get("output_tokens"),
+                         truncated=_cut_off(answer))
             return answer
         raise AssertionError("unreachable")
 
-    def _record(self, started: float, outcome: str, tokens_in=None, tokens_out=None) -> None:
+    def _record(self, started: float, outcome: str, tokens_in=None, tokens_out=None, truncated: bool = False) -> None:
         self.calls.append(ModelCall(role=self.role, seconds=round(time.monotonic() - started, 3), outcome=outcome,
-                                    input_tokens=tokens_in, output_tokens=tokens_out).model_dump())
+                                    input_tokens=tokens_in, output_tokens=tokens_out, truncated=truncated).model_dump())
 
 
 def _failure_kind(exc: Exception) -> str:
@@ -308,6 +309,28 @@ def _keys(model: BaseChatModel) -> list[str]:
     return [v.get_secret_value() for v in vars(model).values() if isinstance(v, SecretStr)]
 
 
+def _cut_off(answer: BaseMessage) -> bool:
+    """The answer stopped at the output cap (OpenAI's and compatible servers' finish_reason)."""
+    return (getattr(answer, "response_metadata", None) or {}).get("finish_reason") == "length"
+
+
+TRUNCATED_CAP_FACTOR = 2  # an answer cut off at the cap is asked again once with this many times the cap
+
+
+def _larger_cap(model: BaseChatModel) -> dict | None:
+    """Bind arguments that raise the model's output cap by TRUNCATED_CAP_FACTOR, or None where its
+    cap is unknown. A reasoning model's cap counts its hidden reasoning too (OpenAI's
+    max_completion_tokens), so a cap that fits the code can still cut the answer off."""
+    cap = getattr(model, "max_tokens", None)
+    if not isinstance(cap, int) or cap <= 0:
+        return None
+    bind = {"max_tokens": cap * TRUNCATED_CAP_FACTOR}
+    extra = getattr(model, "extra_body", None)
+    if isinstance(extra, dict) and "max_tokens" in extra:  # an OpenAI-compatible server reads this one
+        bind["extra_body"] = {**extra, "max_tokens": cap * TRUNCATED_CAP_FACTOR}
+    return bind
+
+
 def _why(error: Exception, answer: BaseMessage) -> str:
     """The parser's complaint, and that the answer was cut off when the model hit its output limit
     (the usual cause of a code block that never closes)."""
@@ -323,6 +346,13 @@ def _with_repair(asker: Asker, messages: list[BaseMessage], parse, ask_again: st
     try:
         return parse(_text(answer)), messages + [AIMessage(_text(answer))]
     except (ValueError, ValidationError, json.JSONDecodeError) as first:
+        larger = _larger_cap(asker.model) if _cut_off(answer) else None
+        if larger is not None:  # cut off at the cap: the same question once more with room to finish
+            answer = asker.invoke(messages, **{**(bind or {}), **larger})
+            try:
+                return parse(_text(answer)), messages + [AIMessage(_text(answer))]
+            except (ValueError, ValidationError, json.JSONDecodeError) as again:
+                first = again
         repair = messages + [AIMessage(_text(answer)),
                              HumanMessage(f"That answer could not be used: {_why(first, answer)}. {ask_again}.")]
         second = asker.invoke(repair, **(bind or {}))

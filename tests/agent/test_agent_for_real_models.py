@@ -174,6 +174,34 @@ def test_a_timeout_is_asked_once_more_then_is_a_failed_answer():
     assert [c["outcome"] for c in once.calls] == ["timed_out", "answered"]
 
 
+def test_an_answer_cut_off_at_the_cap_is_asked_again_once_with_twice_the_cap_and_the_report_says_so():
+    """A reasoning model's cap counts its thinking: an answer that stops at the cap (finish_reason
+    length) is the same question again with twice the cap before any repair; without a known cap
+    it goes to the repair as any unusable answer."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from astra_kernels.nodes.reporter import costs
+    from astra_kernels.nodes.shared.chat import ask_code
+
+    class Capped(ScriptedChatModel):
+        max_tokens: int = 100
+        extra_body: dict = {"max_tokens": 100}
+
+    cut = AIMessage(content="Let me think about the vector width and then\n```cuda\n__global__ void k(",
+                    response_metadata={"finish_reason": "length"})
+    model = Capped(answers=[cut, code_answer("us=1.5")])
+    asker = Asker(model, "coder", backoff_s=0)
+    code, _, conversation = ask_code(asker, [HumanMessage("write it")])
+    assert "fake: us=1.5" in code and len(model.seen) == 2 and model.seen[1] == model.seen[0]  # no repair turn
+    assert model.bound[1]["max_tokens"] == 200 and model.bound[1]["extra_body"] == {"max_tokens": 200}
+    assert [c["truncated"] for c in asker.calls] == [True, False]
+    report_costs = costs({"calls": asker.calls})["models"]["coder"]
+    assert report_costs["truncated"] == 1
+    uncapped = ScriptedChatModel(answers=[cut, code_answer("us=1.5")])
+    ask_code(Asker(uncapped, "coder", backoff_s=0), [HumanMessage("write it")])
+    assert "cut off at the model's output limit" in uncapped.seen[1][-1].content  # the repair, said why
+
+
 def test_a_rate_limit_is_retried_then_answered_and_every_request_is_counted():
     response = httpx.Response(429, request=httpx.Request("POST", "http://x/v1/chat/completions"))
     limited = openai.RateLimitError("slow down", response=response, body=None)

@@ -141,12 +141,16 @@ def test_code_cut_off_at_the_output_limit_is_reported_as_such_and_retried(tmp_pa
     cut = kernel("us=1.5")[: len(kernel("us=1.5")) // 2]
     unclosed = Reply(f"Here it is.\n```cuda\n{cut}", finish_reason="length")
     gpu = FakeGPU()
-    script = ["ready", decision("rewrite"), unclosed, unclosed, code_answer("us=1.5"), decision("stop")]
+    script = ["ready", decision("rewrite"), unclosed, unclosed, unclosed, code_answer("us=1.5"), decision("stop")]
     with FaultyEndpoint(script) as endpoint:
         result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=1))
     first = result["history"][0]
     assert first["verdict"] == "invalid" and "cut off at the model's output limit" in first["message"]
-    repair = endpoint.requests[3]["messages"][-1]["content"]
+    asked, again = endpoint.requests[2], endpoint.requests[3]  # the same question, with twice the cap
+    assert again["messages"] == asked["messages"]
+    assert again["max_completion_tokens"] == 2 * asked["max_completion_tokens"]
+    assert again["max_tokens"] == 2 * asked["max_tokens"]  # extra_body: what compatible servers read
+    repair = endpoint.requests[4]["messages"][-1]["content"]
     assert "cut off at the model's output limit" in repair  # the repair request says why
     assert [c["verdict"] for c in result["history"]] == ["invalid", "accepted"]
     _nothing_lost(tmp_path, result, app, config, gpu)

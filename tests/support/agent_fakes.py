@@ -19,10 +19,12 @@ BASELINE = suite.load("silu_and_mul").baseline.source
 
 
 class ScriptedChatModel(BaseChatModel):
-    """Answers from a list, in order (an Exception in the list is raised); records every prompt."""
+    """Answers from a list, in order (an Exception in the list is raised, an AIMessage returned as it
+    is: one cut off, with its response_metadata); records every prompt and the arguments bound to it."""
 
     answers: list
     seen: list = []
+    bound: list = []
 
     @property
     def _llm_type(self) -> str:
@@ -30,12 +32,14 @@ class ScriptedChatModel(BaseChatModel):
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
         self.seen.append(messages)
+        self.bound.append(kwargs)
         if not self.answers:
             raise AssertionError("the script ran out of answers")
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=answer))])
+        return ChatResult(generations=[ChatGeneration(
+            message=answer if isinstance(answer, AIMessage) else AIMessage(content=answer))])
 
 
 def kernel(marker: str) -> str:
