@@ -3,10 +3,12 @@ unknowns left out rather than printed as None."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from astra_kernels.graph.state import Candidate, ShapeMeasurement
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.nodes.shared import facts
 from astra_kernels.nodes.shared.facts import (
     ShapeRow,
@@ -150,3 +152,34 @@ def test_the_cost_says_tokens_are_unknown_where_the_server_reported_none():
     models = costs({"calls": calls})["models"]
     assert token_text(models["planner"]) == "tokens unknown (the server reported no usage)"
     assert token_text(models["coder"]) == "100 tokens in, 50 out (1 of 2 answers without usage)"
+
+
+def test_the_planners_claim_about_few_token_winners_holds_for_every_shipped_table():
+    """planner_system.md says what the measured winners at 1 to 64 tokens do: an elementwise kernel
+    spreads each row over 4 or more CTAs, a norm gives each row one CTA of 256 or more threads. Held
+    here against every shipped table (a retune that changes it fails this until the prompt says so)."""
+    from pathlib import Path
+
+    from astra_kernels.kernels_sglang import tuned_tables
+
+    prompt = (Path(facts.__file__).parents[1] / "prompts" / "planner_system.md").read_text()
+    assert "4 or more\nCTAs" in prompt or "4 or more CTAs" in prompt.replace("\n", " ")
+    assert "one CTA of 256 or more threads" in prompt.replace("\n", " ")
+    checked = 0
+    for kind in tuned_tables.gpu_kinds():
+        for kernel, rule in (("silu_and_mul", "ctas"), ("rmsnorm", "threads"), ("fused_add_rmsnorm", "threads")):
+            if kernel not in tuned_tables.shipped_kernels(kind, "cold"):
+                continue
+            table = DispatchTable.model_validate_json(tuned_tables.table_path(kernel, kind).read_text())
+            folder = suite.load(kernel)
+            for entry in table.entries:
+                tokens = entry.shape[folder.spec.symbols[0]]
+                if tokens > 64 or entry.source == "baseline":
+                    continue
+                env = suite.environment(folder.spec, entry.shape, table.dtype, table.variant)
+                instance = table.source_of(entry.source).instantiate(entry.config, env)
+                ctas, threads = math.prod(instance.grid), math.prod(instance.block)
+                where = f"{kind} {kernel} {folder.spec.label(entry.shape)}"
+                assert (ctas / tokens >= 4) if rule == "ctas" else (ctas == tokens and threads >= 256), where
+                checked += 1
+    assert checked >= 12
