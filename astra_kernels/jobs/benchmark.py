@@ -336,13 +336,10 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
     report = BenchReport(device=device["name"], arch=device["arch"], dtype=dtype, l2=l2,
                          commands=[command] if command else [], date=datetime.now(UTC).isoformat(timespec="seconds"))
     sms = device.get("multiprocessors") or suite.DEFAULT_SMS
-    empty = empty_request()
-    empty.stream_timing = False
-    floor = worker.evaluate(empty)
+    floor = worker.evaluate(empty_request(stream_timing=False))
     report.launch_floor_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
     if pdl:
-        empty.pdl = True
-        floor = worker.evaluate(empty)
+        floor = worker.evaluate(empty_request(stream_timing=False, pdl=True))
         report.launch_floor_pdl_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
     key = tuned_tables.device_key(device["name"])
     tables = tables or {}

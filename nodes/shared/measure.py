@@ -220,9 +220,7 @@ def launch_floor_us(context, kernel: str) -> float | None:
     worker = stored_evaluator(context, kernel).worker
     if not isinstance(worker, (EvaluationWorker, KindView)) or replayed(worker):
         return None
-    empty = empty_request()
-    empty.stream_timing = False
-    result = worker.evaluate(empty)
+    result = worker.evaluate(empty_request(stream_timing=False))
     return result.timing.median_us if result.status == "ok" and result.timing else None
 
 

@@ -82,10 +82,11 @@ def _flag_case(seed: int) -> Case:
     return Case(inputs={"flag": flag}, expected={})
 
 
-def empty_request() -> EvaluationRequest:
-    """One block, one warp, no memory traffic: the cost of a graph-replayed launch."""
+def empty_request(**measuring) -> EvaluationRequest:
+    """One block, one warp, no memory traffic: the cost of a graph-replayed launch. `measuring`:
+    the request's measuring choices (EvaluationRequest's fields: stream_timing, pdl, ...)."""
     problem = Problem(params=[Param("flag", "in", "int32", (1,))], make_case=_flag_case,
                       bytes_moved=0, label="empty kernel")
     return EvaluationRequest(source=EMPTY_SOURCE, kernel="empty",
                              launch=LaunchShape(grid=(1,), block=(32,)), problem=problem,
-                             label=problem.label, min_launches=200)
+                             label=problem.label, min_launches=200, **measuring)
