@@ -170,7 +170,9 @@ class DispatchTable(BaseModel):
         def steps(config) -> int:
             return sum(abs(index[n][config[n]] - index[n][target[n]]) for n in index if n in target)
 
-        runnable = [c for c in folder.template.all_configs() if admits(c)]
-        if runnable:
-            return Pick(min(runnable, key=steps), f"closest runnable to the {origin}'s configuration")
+        # the nearest first (sorted is stable: among equals, the space's own order), so only the
+        # configurations nearer than the answer are instantiated, not the whole space
+        closest = next((c for c in sorted(folder.template.all_configs(), key=steps) if admits(c)), None)
+        if closest is not None:
+            return Pick(closest, f"closest runnable to the {origin}'s configuration")
         raise suite.AstraError(f"{self.kernel}: no configuration of the template runs at {folder.spec.label(shape)}")
