@@ -295,7 +295,7 @@ def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
     `source` stands in for the folder's own `which` (a dispatch table's named source, a candidate).
     `measuring` holds the request's measuring choices (l2, check, time, stream_timing, input_layout,
     pdl: EvaluationRequest's fields), given here by whoever decides them, so no caller edits a
-    request after it is built; an unknown one is a TypeError."""
+    request after it is built; an unknown one is a TypeError where the shape runs."""
     template = source or folder.source_of(which)
     env = environment(folder.spec, shape, dtype, variant, sms, arch)
     instance = template.instantiate(template.default if config is None else config, env)

@@ -52,6 +52,23 @@ def token_text(c: dict) -> str:
     return text + (f" ({unreported} of {answered} answers without usage)" if unreported else "")
 
 
+def cost_lines(models: dict) -> list[str]:
+    """The report's model cost: a line per role (requests, failures, timeouts, cut-off answers,
+    tokens or that they are unknown, seconds), and a total where there are several roles."""
+    lines = []
+    for role, c in models.items():
+        cut = (f", {c['truncated']} answers cut off at the output cap (an unusable one is asked again once "
+               f"with {TRUNCATED_CAP_FACTOR}x the cap where the cap is known)") if c.get("truncated") else ""
+        lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out{cut}), "
+                     f"{token_text(c)}, {c['seconds']:.1f} s")
+    if len(models) > 1:
+        total = {k: sum(c.get(k, 0) for c in models.values())
+                 for k in ("calls", "input_tokens", "output_tokens", "unreported", "seconds")}
+        total["answered"] = sum(c["calls"] - c["failed"] - c["timed_out"] for c in models.values())
+        lines.append(f"- all roles: {total['calls']} requests, {token_text(total)}, {total['seconds']:.1f} s")
+    return lines
+
+
 def costs(state: AgentState) -> dict:
     """Model requests and tokens per role, the agent's evaluation seconds, the searches' and the run's wall time."""
     roles: dict[str, dict] = {}
@@ -156,16 +173,7 @@ def render(report: dict) -> str:
                           "the baseline beside it for those."]
     cost = report["costs"]
     lines += ["", f"Stopped: {report['stop_reason']}", "", "## Cost", ""]
-    for role, c in cost["models"].items():
-        cut = (f", {c['truncated']} cut off at the output cap (each asked again once with "
-               f"{TRUNCATED_CAP_FACTOR}x the cap where the cap is known)") if c.get("truncated") else ""
-        lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out{cut}), "
-                     f"{token_text(c)}, {c['seconds']:.1f} s")
-    if len(cost["models"]) > 1:
-        total = {k: sum(c.get(k, 0) for c in cost["models"].values())
-                 for k in ("calls", "input_tokens", "output_tokens", "unreported", "seconds")}
-        total["answered"] = sum(c["calls"] - c["failed"] - c["timed_out"] for c in cost["models"].values())
-        lines.append(f"- all roles: {total['calls']} requests, {token_text(total)}, {total['seconds']:.1f} s")
+    lines += cost_lines(cost["models"])
     lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of the agent's own evaluations (a replay: as recorded); "
                  f"the tuner's searches {cost['search_seconds']:.1f} s of wall time; the run {cost['wall_seconds']} s")
     lines += ["", "## The path", ""]

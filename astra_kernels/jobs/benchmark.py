@@ -551,12 +551,12 @@ def render_markdown(report: BenchReport) -> str:
 
 SWEEP_LINES = {"tuned": "tuned_us", "baseline (SGLang's, ported)": "baseline_us", "SGLang JIT": "sglang_jit_us",
                "torch.compile": "torch_compile_us", "torch eager": "torch_eager_us"}
-SWEEP_MIN_POINTS = 4  # token counts a width needs before it gets a chart: a sweep, not a shape set's few
+SWEEP_MIN_POINTS = 10  # token counts a width needs for a chart: the sweep's 27, not a shape set's 5 or 6
 
 
 def sweep_charts(report: BenchReport) -> dict[str, str]:
     """A chart per kernel and width (every symbol but the tokens) that the report measured at
-    SWEEP_MIN_POINTS token counts or more (`--set sweep`): time against tokens, both axes log, a
+    SWEEP_MIN_POINTS token counts or more (`--set sweep`; no shipped set has that many): time against tokens, both axes log, a
     line per peer and one for the physical floor (the copy floor where the mix was not measured).
     Keyed by file name, `sweep-<kernel>-<width>.svg`."""
     groups: dict[tuple[str, str], list[BenchRow]] = {}

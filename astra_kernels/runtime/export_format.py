@@ -140,7 +140,8 @@ def caller_scalars(spec) -> list:
     dimension nor a scalar gives cannot be called."""
     from_tensors = tensor_symbols(spec)
     carried = {name: symbol for symbol, name in shape_args(spec).items()}
-    if missing := [s for s in spec.symbols if s not in from_tensors and carried.get(s) == s]:
+    # a symbol only the launch's own argument carries (a scalar may share its name: astra new's N)
+    if missing := [s for s in shape_params(spec) if s not in from_tensors]:
         raise ExportError(f"{spec.name}: neither a tensor dimension nor a scalar argument gives "
                           f"{', '.join(missing)}, so a caller cannot tell the shape")
     return [a for a in spec.args if a.role == "scalar" and carried.get(a.name) not in from_tensors]

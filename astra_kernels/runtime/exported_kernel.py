@@ -173,7 +173,7 @@ class ExportedKernel:
         on = self._on(index)
         props = on.device.properties
         launch = self.plan(shape, props.multiprocessors, props.arch)
-        key = (tuple(shape.values()), tuple(values.values()))
+        key = (tuple(shape.values()), _bits(values))
         with _current(on.device):  # loading, attributes and the launch belong to the tensors' GPU
             prepared = on.prepared.get(key)
             if prepared is None:
@@ -195,7 +195,7 @@ class ExportedKernel:
         args = [values[a.name] if a.role == "scalar" else slot for a in self.spec.args]
         prepared = on.device.prepare(kernel, launch.grid, launch.block, args, launch.shared_bytes)
         with self._lock:
-            return on.prepared.setdefault((tuple(shape.values()), tuple(values.values())), prepared)
+            return on.prepared.setdefault((tuple(shape.values()), _bits(values)), prepared)
 
     def _kernel(self, on: _OnDevice, launch: Launch, shape: dict[str, int]) -> Kernel:
         if launch.kernel is not None:
@@ -272,11 +272,12 @@ class ExportedKernel:
                                           "aligned (a slice?); the kernel loads 16-byte vectors")
             if v.readonly and arg.role != "in":
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} is read-only, but the kernel writes it")
-        values_key = (key, tuple((type(given[name]), given[name]) for name in self.given))
-        try:
-            values = self._values.get(values_key)
-        except TypeError:  # a value that cannot be a key (a list): _scalars names it
-            values, values_key = None, None
+        # cached only for plain numbers, keyed by their text (a NaN is not equal to itself; a tensor
+        # hashes by identity): anything else is converted at every call, and no cache grows per call
+        plain = all(type(given[name]) in (int, float, bool) or isinstance(given[name], np.generic)
+                    for name in self.given)
+        values_key = (key, tuple((type(given[name]).__name__, repr(given[name])) for name in self.given)) if plain else None
+        values = self._values.get(values_key) if plain else None
         if values is None:
             values = self._scalars(shape, given)
             if values_key is not None:
@@ -301,6 +302,11 @@ class ExportedKernel:
                 raise LaunchArgumentError(f"{self.name}: {arg.name}={value} does not fit {arg.dtype}")
             values[arg.name] = converted
         return values
+
+
+def _bits(values: dict[str, np.generic]) -> tuple[bytes, ...]:
+    """The converted scalars as the kernel receives them: equal bits, the same packed launch."""
+    return tuple(v.tobytes() for v in values.values())
 
 
 def load_callable(folder: str | Path) -> ExportedKernel:

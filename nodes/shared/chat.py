@@ -348,11 +348,16 @@ def _with_repair(asker: Asker, messages: list[BaseMessage], parse, ask_again: st
     except (ValueError, ValidationError, json.JSONDecodeError) as first:
         larger = _larger_cap(asker.model) if _cut_off(answer) else None
         if larger is not None:  # cut off at the cap: the same question once more with room to finish
-            answer = asker.invoke(messages, **{**(bind or {}), **larger})
             try:
-                return parse(_text(answer)), messages + [AIMessage(_text(answer))]
-            except (ValueError, ValidationError, json.JSONDecodeError) as again:
-                first = again
+                longer = asker.invoke(messages, **{**(bind or {}), **larger})
+            except ModelUnavailable:  # the server refuses the cap (over its context or output limit), or
+                longer = None         # it timed out twice: the repair below, at the cap that answered
+            if longer is not None:
+                answer = longer
+                try:
+                    return parse(_text(answer)), messages + [AIMessage(_text(answer))]
+                except (ValueError, ValidationError, json.JSONDecodeError) as again:
+                    first = again
         repair = messages + [AIMessage(_text(answer)),
                              HumanMessage(f"That answer could not be used: {_why(first, answer)}. {ask_again}.")]
         second = asker.invoke(repair, **(bind or {}))

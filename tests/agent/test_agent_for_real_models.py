@@ -197,6 +197,12 @@ def test_an_answer_cut_off_at_the_cap_is_asked_again_once_with_twice_the_cap_and
     assert [c["truncated"] for c in asker.calls] == [True, False]
     report_costs = costs({"calls": asker.calls})["models"]["coder"]
     assert report_costs["truncated"] == 1
+    refused = openai.BadRequestError("max_tokens is too large", response=httpx.Response(
+        400, request=httpx.Request("POST", "http://x")), body=None)
+    strict = Capped(answers=[cut, refused, code_answer("us=1.5")])  # a server whose limit the doubled cap passes
+    code, _, _ = ask_code(Asker(strict, "coder", backoff_s=0), [HumanMessage("write it")])
+    assert "fake: us=1.5" in code and "cut off at the model's output limit" in strict.seen[2][-1].content
+    assert "max_tokens" not in strict.bound[2]  # the repair goes at the cap that answered
     uncapped = ScriptedChatModel(answers=[cut, code_answer("us=1.5")])
     ask_code(Asker(uncapped, "coder", backoff_s=0), [HumanMessage("write it")])
     assert "cut off at the model's output limit" in uncapped.seen[1][-1].content  # the repair, said why

@@ -143,7 +143,7 @@ def test_the_models_are_told_the_correctness_contract_the_tester_holds_them_to()
 def test_the_cost_says_tokens_are_unknown_where_the_server_reported_none():
     """A server that reports no usage (some OpenAI-compatible ones) must not read as "0 tokens";
     several roles get a total line."""
-    from astra_kernels.nodes.reporter import costs, token_text
+    from astra_kernels.nodes.reporter import cost_lines, costs, token_text
 
     calls = [{"role": "planner", "seconds": 1.0, "outcome": "answered", "input_tokens": None, "output_tokens": None},
              {"role": "coder", "seconds": 2.0, "outcome": "answered", "input_tokens": 100, "output_tokens": 50},
@@ -152,6 +152,9 @@ def test_the_cost_says_tokens_are_unknown_where_the_server_reported_none():
     models = costs({"calls": calls})["models"]
     assert token_text(models["planner"]) == "tokens unknown (the server reported no usage)"
     assert token_text(models["coder"]) == "100 tokens in, 50 out (1 of 2 answers without usage)"
+    lines = cost_lines(models)
+    assert lines[0] == "- planner: 1 requests (0 failed, 0 timed out), tokens unknown (the server reported no usage), 1.0 s"
+    assert lines[-1] == "- all roles: 4 requests, 100 tokens in, 50 out (2 of 3 answers without usage), 14.0 s"
 
 
 def test_the_planners_claim_about_few_token_winners_holds_for_every_shipped_table():

@@ -388,15 +388,17 @@ def test_norm_code_gap_saved_run_gives_the_figures_performance_md_cites(tmp_path
 
 
 def test_a_sweep_gets_a_chart_per_kernel_and_width_with_a_line_per_peer_and_the_floor(tmp_path, capsys):
-    """`astra bench --set sweep`: time against tokens for each width measured at four token counts
-    or more (log axes), a line per peer and one for the floor; a width with fewer gets none. `--from`
-    draws them again without a GPU."""
+    """`astra bench --set sweep`: time against tokens for each width measured at the sweep's token
+    counts (log axes), a line per peer and one for the floor; a width of a shape set's few counts
+    gets none. `--from` draws them again without a GPU."""
     import json
     import re
 
+    from astra_kernels.kernels_sglang.schema import SWEEP_TOKENS
+
     rows = [_row("rmsnorm", f"{t}x4096", 2.0 + t / 100, 1.5 + t / 120, floor=1.0 + t / 200, torch_compile_us=1.8 + t / 110,
-                 mix_floor_us=0.9 + t / 210) for t in (1, 2, 8, 1022, 16384)]
-    rows += [_row("rmsnorm", "16x8192", 3.0, 2.0), _row("rmsnorm", "64x8192", 4.0, 3.0)]
+                 mix_floor_us=0.9 + t / 210) for t in SWEEP_TOKENS]
+    rows += [_row("rmsnorm", f"{t}x8192", 3.0, 2.0) for t in (1, 16, 64, 256, 1024, 4096)]  # the serving set's six
     report = _report(rows)
     charts = benchmark.sweep_charts(report)
     assert list(charts) == ["sweep-rmsnorm-4096.svg"]

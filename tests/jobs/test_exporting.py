@@ -484,3 +484,29 @@ def test_export_json_names_its_format_and_a_newer_format_is_refused_by_name(tmp_
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(export_format.ExportError, match=f"export format {export_format.FORMAT_VERSION + 1}"):
         load_callable(tmp_path / "out")
+
+
+def test_the_rotary_drop_in_falls_back_where_the_export_does_not_run_and_skips_an_empty_batch():
+    """SGLang's q and k are column slices of the fused QKV output: not contiguous, so the original
+    op takes them (until the kernel takes row strides); a GPT-J call under a NeoX export, another
+    dtype, too; an idle batch of 0 tokens is nothing to do, for either."""
+    torch = pytest.importorskip("torch")
+    swap = export_guide.swap_in("rotary_embedding", "default")
+    calls = []
+    namespace = {"torch": torch, "_tuned": lambda *a, **k: calls.append(("tuned", k)),
+                 "_original": lambda *a, **k: calls.append(("original", {}))}
+    exec(swap.wrapper.replace("{torch_dtype}", "torch.bfloat16"), namespace)
+    rope = namespace[swap.op]
+    positions, cache = torch.arange(4), torch.zeros(64, 128)
+    qkv = torch.zeros(4, (4 + 2 * 2) * 128, dtype=torch.bfloat16)
+    q, k = qkv[:, :512], qkv[:, 512:768]
+    rope(positions, q, k, 128, cache, True)
+    rope(positions, q.contiguous(), k.contiguous(), 128, cache, False)
+    rope(positions, q.contiguous().half(), k.contiguous().half(), 128, cache, True)
+    assert [c[0] for c in calls] == ["original"] * 3
+    calls.clear()
+    rope(positions, q.contiguous(), k.contiguous(), 128, cache, True)
+    assert calls == [("tuned", {"num_q_heads": 4, "num_k_heads": 2, "head_dim": 128})]
+    calls.clear()
+    empty = torch.zeros(0, 512, dtype=torch.bfloat16)
+    assert rope(torch.arange(0), empty, empty[:, :256].contiguous(), 128, cache, True) is None and calls == []

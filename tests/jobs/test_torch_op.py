@@ -177,6 +177,10 @@ def test_a_shape_no_argument_can_give_is_refused_by_name():
                                    args=[arg("x", "in", ["T", "H * D"]), arg("heads", "scalar", value="H")])
     with pytest.raises(ExportError, match="k: neither a tensor dimension nor a scalar argument gives D"):
         caller_scalars(product_only)
+    # astra new names a scalar after its symbol (an int N): it carries N, so the shape can be told
+    same_name = SimpleNamespace(name="k", symbols=["N", "M"], args=[arg("x", "in", ["N * M"]),
+                                                                   arg("N", "scalar", value="N"), arg("M", "scalar", value="M")])
+    assert [a.name for a in caller_scalars(same_name)] == ["N", "M"] and shape_params(same_name) == []
     clash = SimpleNamespace(name="k", symbols=["T", "x"], args=[arg("x", "in", ["T", "x"])])
     with pytest.raises(ExportError, match="shape symbol x is also an argument's name"):
         shape_params(clash)

@@ -41,7 +41,7 @@ from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
 from astra_kernels.runtime.export_format import (
-    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, c_signature, launch_signature, shape_args,
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, c_signature, caller_scalars, launch_signature, shape_args,
     torch_op_file,
 )
 from . import torch_op
@@ -204,7 +204,7 @@ def check_table(table: DispatchTable, folder: suite.KernelFolder, sms: int = sui
                               f"of at most {INT32_MAX} (the kernels' 32-bit size arguments)")
     if broken := table.broken_entry(sms, arch):
         raise ExportError(broken)
-    shape_args(spec)
+    caller_scalars(spec)  # the PyTorch op and the callable read the shape: refused before anything is written
 
 
 def plan_binaries(table: DispatchTable, folder: suite.KernelFolder, shapes: list[dict[str, int]],
@@ -397,7 +397,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     # Every header line carries values from files (the report's device, the table's path, the
     # command line): each is one comment line whatever they hold.
     lines = [comment_line(line) for line in
-             _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms)]
+             _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, sms)]
     lines += ["", f"#define DTYPE {C_TYPES[table.dtype]}",
               f"#define ELEM_BYTES {numpy_dtype(table.dtype).itemsize}"]
     lines += [define_line(n, int(v)) for n, v in spec.variants[table.variant].items()]
@@ -430,7 +430,7 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     return "\n".join(lines) + "\n"
 
 
-def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, signature, sms) -> list[str]:
+def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, sms) -> list[str]:
     table, spec = source.table, folder.spec
     k = table.kernel
     now = datetime.now(UTC).isoformat(timespec="seconds")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs.generated_files import fill, md_code, md_text
-from astra_kernels.runtime.export_format import Group, caller_scalars, op_name, shape_args
+from astra_kernels.runtime.export_format import Group, caller_scalars, op_name, shape_args, shape_params
 from .torch_op import schema
 
 
@@ -82,6 +82,8 @@ _ROPE_WRAPPER = '''def apply_rope_with_cos_sin_cache_inplace(positions, query, k
             or not (query.is_contiguous() and key.is_contiguous() and cos_sin_cache.is_contiguous())):
         return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     tokens = positions.numel()
+    if tokens == 0:  # an idle batch: nothing to rotate (and no row width to read from empty tensors)
+        return
     q, k = query.view(tokens, -1), key.view(tokens, -1)
     _tuned(positions.view(-1), q, k, cos_sin_cache, num_q_heads=q.shape[1] // head_size,
            num_k_heads=k.shape[1] // head_size, head_dim=head_size)'''
@@ -150,6 +152,7 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
     k, dtype, arch = manifest["kernel"], manifest["dtype"], manifest["arch"]
     spec = folder.spec
     carriers = shape_args(spec)
+    own = set(shape_params(spec))  # symbols the launch takes as arguments of their own
     signature = ", ".join(
         f"{a.name}{'' if a.role == 'scalar' else ' [' + ', '.join(a.shape) + ']'}"
         f" ({a.role}, {dtype if a.dtype == 'T' else a.dtype})" for a in spec.args)
@@ -182,7 +185,7 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
         "| `dispatch.json` | the dispatch table exported |",
         "",
         f"Arguments, in order: {signature}. "
-        f"The shape ({', '.join(f'{s} = {a}' if a != s else f'{s}: an argument of its own, after the others' for s, a in carriers.items())}) "
+        f"The shape ({', '.join(f'{s}: an argument of its own, after the others' if s in own else f'{s} = {a}' for s, a in carriers.items())}) "
         "is read from the scalars in C, and in Python from the tensors' sizes (a size they hold only as a "
         "product, from its scalar). Tensors must be contiguous and 16-byte aligned.",
         "",
