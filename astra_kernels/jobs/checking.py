@@ -139,6 +139,23 @@ def table_plan(folder: suite.KernelFolder, table: DispatchTable, *, shapes: Iter
     return rows
 
 
+def _smallest_runs(folder: suite.KernelFolder, dtypes: Iterable[str] | None, variants: Iterable[str] | None):
+    """(set name, its smallest shape, dtype, variant) for every shape set in every dtype and variant
+    asked: where the CPU runs of a folder's own Python (reference, peer) take place."""
+    spec = folder.spec
+    for set_name, shapes in spec.shapes.items():
+        if shapes:
+            shape = min(shapes, key=lambda s: math.prod(s.values()))
+            for dtype in dtypes or spec.dtypes:
+                for variant in variants or spec.variants:
+                    yield set_name, shape, dtype, variant
+
+
+def _raised(where: str, exc: Exception) -> str:
+    """What the folder's own code raised, as one line."""
+    return f"{where}: {type(exc).__name__}: {(' '.join(str(exc).split()) or type(exc).__name__)[:300]}"
+
+
 def reference_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | None = None,
                        variants: Iterable[str] | None = None, seed: int = 1) -> list[str]:
     """reference.py run here, on the CPU (it is NumPy), at the smallest shape of each shape set in
@@ -146,21 +163,14 @@ def reference_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | No
     (every input, every output by its name, at the spec's sizes), each problem one line. Why: a
     NameError or a misspelt output key would otherwise pass `astra check` on a machine without a
     GPU and surface only on the GPU, after the compiles."""
-    spec = folder.spec
     problems = []
-    for set_name, shapes in spec.shapes.items():
-        if not shapes:
-            continue
-        shape = min(shapes, key=lambda s: math.prod(s.values()))
-        for dtype in dtypes or spec.dtypes:
-            for variant in variants or spec.variants:
-                try:
-                    problem = suite.problem(folder, shape, dtype, variant)
-                    problem.validate_case(problem.make_case(seed))
-                except Exception as exc:  # the folder's own code: whatever it raises is the answer
-                    text = " ".join(str(exc).split()) or type(exc).__name__
-                    problems.append(f"reference.py at {spec.label(shape)} ({set_name} set, {dtype}, {variant}): "
-                                    f"{type(exc).__name__}: {text[:300]}")
+    for set_name, shape, dtype, variant in _smallest_runs(folder, dtypes, variants):
+        try:
+            problem = suite.problem(folder, shape, dtype, variant)
+            problem.validate_case(problem.make_case(seed))
+        except Exception as exc:  # the folder's own code: whatever it raises is the answer
+            problems.append(_raised(f"reference.py at {folder.spec.label(shape)} ({set_name} set, {dtype}, "
+                                    f"{variant})", exc))
     return problems
 
 
@@ -178,26 +188,19 @@ def peer_problems(folder: suite.KernelFolder, *, dtypes: Iterable[str] | None = 
 
     if not (folder.path / "peer.py").is_file() or importlib.util.find_spec("torch") is None:
         return None
-    spec = folder.spec
     problems = []
-    for set_name, shapes in spec.shapes.items():
-        if not shapes:
+    for set_name, shape, dtype, variant in _smallest_runs(folder, dtypes, variants):
+        where = f"peer.py at {folder.spec.label(shape)} ({set_name} set, {dtype}, {variant})"
+        try:
+            problem = suite.problem(folder, shape, dtype, variant)
+            case = problem.make_case(seed)
+            got = torch_tensors.run_peer(folder.spec.name, case.inputs, shape, dtype, variant)
+            checks = [compare(p.name, got[p.name], case.expected[p.name], problem.tolerance(p.dtype))
+                      for p in problem.buffers if p.role != "in"]
+        except Exception as exc:  # the folder's own code: whatever it raises is the answer
+            problems.append(_raised(where, exc))
             continue
-        shape = min(shapes, key=lambda s: math.prod(s.values()))
-        for dtype in dtypes or spec.dtypes:
-            for variant in variants or spec.variants:
-                where = f"peer.py at {spec.label(shape)} ({set_name} set, {dtype}, {variant})"
-                try:
-                    problem = suite.problem(folder, shape, dtype, variant)
-                    case = problem.make_case(seed)
-                    got = torch_tensors.run_peer(spec.name, case.inputs, shape, dtype, variant)
-                    checks = [compare(name, got[name], case.expected[name], problem.tolerance(p.dtype))
-                              for p in problem.buffers if p.role != "in" for name in [p.name]]
-                except Exception as exc:  # the folder's own code: whatever it raises is the answer
-                    text = " ".join(str(exc).split()) or type(exc).__name__
-                    problems.append(f"{where}: {type(exc).__name__}: {text[:300]}")
-                    continue
-                problems += [f"{where}: {c.name}: {c.detail}" for c in checks if not c.passed]
+        problems += [f"{where}: {c.name}: {c.detail}" for c in checks if not c.passed]
     return problems
 
 

@@ -59,18 +59,18 @@ def run(args) -> int:
     todo = new_kernel.unfinished(folder.path)  # a folder from `astra new` still to fill in: said, then compiled
     for line in todo:
         console.print(f"[yellow]{new_kernel.TODO}[/yellow] {escape(line)}", highlight=False)
-    if not todo and (problems := checking.reference_problems(folder, dtypes=dtypes, variants=variants)):
-        for line in problems:
-            console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
-        console.print(f"{folder.name}'s reference fails on this machine's CPU (above), before anything is "
-                      "compiled: fix reference.py (or make_inputs) and run astra check again.", highlight=False)
-        return 1
-    if not todo and (problems := checking.peer_problems(folder, dtypes=dtypes, variants=variants)):
-        for line in problems:
-            console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
-        console.print(f"{folder.name}'s PyTorch peer disagrees with its reference on this machine's CPU (above): "
-                      "fix peer.py (FORMAT.md, \"The PyTorch peer\") and run astra check again.", highlight=False)
-        return 1
+    # the folder's own Python, run here on the CPU before anything compiles (not while TODOs remain)
+    cpu_runs = [] if todo else [
+        (checking.reference_problems, f"{folder.name}'s reference fails on this machine's CPU (above), before "
+         "anything is compiled: fix reference.py (or make_inputs) and run astra check again."),
+        (checking.peer_problems, f"{folder.name}'s PyTorch peer disagrees with its reference on this machine's CPU "
+         "(above): fix peer.py (FORMAT.md, \"The PyTorch peer\") and run astra check again.")]
+    for run_here, verdict in cpu_runs:
+        if problems := run_here(folder, dtypes=dtypes, variants=variants):
+            for line in problems:
+                console.print(f"[red]error:[/red] {escape(line)}", highlight=False)
+            console.print(verdict, highlight=False)
+            return 1
     if todo or not gpu_available():
         rows = planned(arch=args.arch or DEFAULT_ARCH)
         unique = {}  # each binary once, with the first row that asked for it (named in its error)
