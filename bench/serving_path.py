@@ -4,7 +4,7 @@ issue 40's end-to-end measure of what a serving engine gets from the exported ke
 The layer (Llama 3 8B's sizes: hidden 4096, intermediate 14336, 32 query and 8 KV heads of 128):
 
     x, residual = fused_add_rmsnorm(x, residual, w_in)        # input norm
-    q, k, v = split(x @ W_qkv);  rope(positions, q, k)         # q and k made contiguous first
+    q, k, v = split(x @ W_qkv);  rope(positions, q, k)         # in place, q and k views into x @ W_qkv
     a = SDPA(q, k, v, causal)                                  # torch; K, V repeated per query head
     x, residual = fused_add_rmsnorm(a @ W_o, residual, w_post) # post-attention norm
     x = silu_and_mul(x @ W_gate_up) @ W_down                   # the MLP
@@ -13,7 +13,9 @@ with the T tokens as one causal sequence (prefill-shaped at many tokens, decode-
 The suite's three ops come either from the exported kernels registered as PyTorch ops
 (runtime/torch_op.py: `astra`; the shipped tables of this GPU's kind, or the H200's where only it
 has one), or in SGLang's own PyTorch forms (`forward_native`: each kernel's peer.py, `native`).
-Measured per token count, each the median of ROUNDS rounds with their range kept:
+Measured per token count, each the median of ROUNDS rounds with their range kept, the rounds of all
+the variants interleaved (a round takes one sample of each), so a host whose speed drifts moves them
+alike:
 
 - eager: the layer called back to back (wall time per call: host and device, whichever is longer);
 - graph: the layer captured once in a CUDA graph and replayed (device time; what decode pays);
@@ -109,8 +111,7 @@ def make_layer(torch, weights: Weights, norm, act, rope):
         t = x.shape[0]
         x, residual = norm(x, residual, weights.norm_in)
         q, k, v = F.linear(x, weights.qkv).split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)
-        q, k = q.contiguous(), k.contiguous()
-        rope(positions, q, k, weights.cos_sin)
+        rope(positions, q, k, weights.cos_sin)  # q and k where they lie, as SGLang's RotaryEmbedding takes them
         group = HEADS // KV_HEADS  # K and V repeated per query head, 4-D: SDPA's flash kernel takes them
         a = F.scaled_dot_product_attention(
             q.view(1, t, HEADS, HEAD_DIM).transpose(1, 2),
@@ -129,23 +130,24 @@ def inputs(torch, tokens: int, seed: int = 1):
     return x, residual, torch.arange(tokens, device="cuda")
 
 
-def eager_us(torch, call, calls: int, rounds: int = ROUNDS) -> list[float]:
-    """Wall time per call of `calls` back-to-back calls, one sample per round."""
+def eager_sampler(torch, call, calls: int):
+    """One sample per call of the result: the wall time per call of `calls` back-to-back calls."""
     for _ in range(3):
         call()
-    samples = []
-    for _ in range(rounds):
+
+    def sample() -> float:
         torch.cuda.synchronize()
         start = time.perf_counter()
         for _ in range(calls):
             call()
         torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return samples
+        return (time.perf_counter() - start) / calls * 1e6
+    return sample
 
 
-def graph_us(torch, call, replays: int, rounds: int = ROUNDS) -> list[float]:
-    """Device time per replay of `call` captured in a CUDA graph, one sample per round."""
+def graph_sampler(torch, call, replays: int):
+    """`call` captured once in a CUDA graph; one sample per call of the result: the device time per
+    replay of `replays` back-to-back replays."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -158,15 +160,26 @@ def graph_us(torch, call, replays: int, rounds: int = ROUNDS) -> list[float]:
     for _ in range(3):
         graph.replay()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(rounds):
+
+    def sample() -> float:
         start.record()
         for _ in range(replays):
             graph.replay()
         stop.record()
         stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1000.0 / replays)
-    del graph
+        return start.elapsed_time(stop) * 1000.0 / replays
+    return sample
+
+
+def interleaved(samplers: dict, rounds: int = ROUNDS) -> dict[str, list[float]]:
+    """`rounds` samples of each sampler, a round taking one of every sampler (in reverse order every
+    other round): a host whose speed drifts over seconds (shared machines do, by 2x at times) moves
+    the samples of every variant alike, so two variants' ranges compare like with like."""
+    samples: dict[str, list[float]] = {key: [] for key in samplers}
+    keys = list(samplers)
+    for r in range(rounds):
+        for key in keys if r % 2 == 0 else reversed(keys):
+            samples[key].append(samplers[key]())
     return samples
 
 
@@ -258,6 +271,7 @@ def main() -> int:
             x, residual, positions = inputs(torch, t)
             row = {"tokens": t}
             reference, reference_residual = layers["native"](x.clone(), residual.clone(), positions)
+            samplers = {}
             for name in ("astra", "native"):
                 got, got_residual = layers[name](x.clone(), residual.clone(), positions)
                 compiled_got, _ = compiled[name](x.clone(), residual.clone(), positions)
@@ -268,18 +282,22 @@ def main() -> int:
                 calls = 100 if t <= 256 else 10
                 replays = 20 if t <= 256 else 3
                 held = (x.clone(), residual.clone(), positions)
-                record(row, f"eager_{name}", eager_us(torch, lambda h=held, n=name: layers[n](*h), calls))
-                record(row, f"compile_{name}", eager_us(torch, lambda h=held, n=name: compiled[n](*h), calls))
-                record(row, f"graph_{name}", graph_us(torch, lambda h=held, n=name: layers[n](*h), replays))
-                record(row, f"graph_compile_{name}", graph_us(torch, lambda h=held, n=name: compiled[n](*h), replays))
+                samplers[f"eager_{name}"] = eager_sampler(torch, lambda h=held, n=name: layers[n](*h), calls)
+                samplers[f"compile_{name}"] = eager_sampler(torch, lambda h=held, n=name: compiled[n](*h), calls)
+                samplers[f"graph_{name}"] = graph_sampler(torch, lambda h=held, n=name: layers[n](*h), replays)
+                samplers[f"graph_compile_{name}"] = graph_sampler(torch, lambda h=held, n=name: compiled[n](*h),
+                                                                  replays)
                 norm, act, rope = ops[name]
                 gate_up = torch.randn(t, 2 * INTERMEDIATE, device="cuda").to(torch.bfloat16)
                 q = torch.randn(t, HEADS * HEAD_DIM, device="cuda").to(torch.bfloat16)
                 k = torch.randn(t, KV_HEADS * HEAD_DIM, device="cuda").to(torch.bfloat16)
-                record(row, f"ops_{name}", graph_us(
+                samplers[f"ops_{name}"] = graph_sampler(
                     torch, lambda h=held, g=gate_up, n=norm, a=act, r=rope, q=q, k=k: (
                         n(*h[:2], weights.norm_in), r(h[2], q, k, weights.cos_sin), n(*h[:2], weights.norm_post),
-                        a(g)), 20))
+                        a(g)), 20)
+            for key, samples in interleaved(samplers).items():
+                record(row, key, samples)
+            del samplers  # the graphs' memory, before the next token count
             scale = float(reference.float().abs().max())
             row["reference_max_abs"] = scale
             rows.append(row)

@@ -30,6 +30,12 @@ class ArgSpec(BaseModel):
     shape: list[str] = Field(default_factory=list)  # expressions of the shape symbols
     value: str | None = None  # scalars: an expression of the shape symbols
     doc: str = ""
+    # Tensors: the scalar argument that carries this tensor's row stride (elements from one index of
+    # its first dimension to the next), so the kernel reads rows that lie farther apart than their
+    # width: q and k as views into a fused QKV projection's output, as SGLang passes them. The
+    # scalar's value expression is the contiguous stride (what the suite's own runs use); the
+    # exported op and callable pass the tensor's actual stride and accept such views.
+    row_stride: str | None = None
 
 
 class Anchor(BaseModel):
@@ -116,6 +122,8 @@ class KernelSpec(BaseModel):
                     raise ValueError(f"{self.name}: argument {arg.name} uses unknown symbol(s) {sorted(unknown)}")
             if arg.role == "scalar" and arg.value is None:
                 raise ValueError(f"{self.name}: scalar {arg.name} needs a value expression")
+            if arg.row_stride is not None:
+                self._check_row_stride(arg)
         for expr in (self.bytes_moved, self.flops, *([self.bytes_written] if self.bytes_written else [])):
             unknown = Expression(expr).names - known
             if unknown:
@@ -139,6 +147,18 @@ class KernelSpec(BaseModel):
             if anchor.variant not in self.variants:
                 raise ValueError(f"{self.name}: anchor variant {anchor.variant} is not a variant")
         return self
+
+    def _check_row_stride(self, arg: ArgSpec) -> None:
+        carrier = next((a for a in self.args if a.name == arg.row_stride), None)
+        if arg.role == "scalar" or len(arg.shape) < 2:
+            raise ValueError(f"{self.name}: row_stride on {arg.name}: only a tensor of two or more dimensions has rows")
+        if carrier is None or carrier.role != "scalar" or not carrier.dtype.startswith("int"):
+            raise ValueError(f"{self.name}: {arg.name}'s row_stride {arg.row_stride!r} must name an integer scalar argument")
+        contiguous = " * ".join(f"({d})" for d in arg.shape[1:])
+        probe = {s: 3 + 2 * i for i, s in enumerate(self.symbols)} | {"ELEM_BYTES": 2}
+        if Expression(carrier.value)(probe) != Expression(contiguous)(probe):
+            raise ValueError(f"{self.name}: {arg.row_stride} = {carrier.value} is not {arg.name}'s contiguous row "
+                             f"stride {contiguous}")
 
     def default_dtype(self) -> str:
         """The dtype a run takes when none is given: bf16 where the kernel has it (SGLang serves in

@@ -98,11 +98,19 @@ def launch_signature(spec, dtype: str) -> list[tuple[str, str]]:
     return c_signature(spec, dtype) + [("int", symbol) for symbol in shape_params(spec)]
 
 
+def row_strides(spec) -> dict[str, str]:
+    """Each scalar argument that carries a tensor's row stride (ArgSpec.row_stride), and that tensor:
+    the PyTorch op and the callable pass the tensor's own stride there (so they take views whose rows
+    lie apart, as a QKV split gives), never a caller's value or a shape symbol."""
+    return {arg.row_stride: arg.name for arg in spec.args if arg.role != "scalar" and arg.row_stride}
+
+
 def shape_params(spec) -> list[str]:
     """The shape symbols no scalar argument carries, which the launch takes as arguments of their own
     named after the symbol: rotary_embedding's cache length P is only the cos/sin cache's row count,
     which the kernel never needs, but the pick keys on the whole shape."""
-    carried = {arg.value.strip() for arg in spec.args if arg.role == "scalar" and arg.value}
+    strides = row_strides(spec)
+    carried = {arg.value.strip() for arg in spec.args if arg.role == "scalar" and arg.value and arg.name not in strides}
     own = [s for s in spec.symbols if s not in carried]
     if clash := sorted(set(own) & {arg.name for arg in spec.args}):
         raise ExportError(f"{spec.name}: shape symbol {', '.join(clash)} is also an argument's name, so the "
@@ -113,9 +121,9 @@ def shape_params(spec) -> list[str]:
 def shape_args(spec) -> dict[str, str]:
     """Each shape symbol and the launch argument that carries it: a scalar of the kernel's (tokens -> T),
     else the symbol's own argument (shape_params)."""
-    carriers = {}
+    carriers, strides = {}, row_strides(spec)
     for arg in spec.args:
-        if arg.role == "scalar" and arg.value and arg.value.strip() in spec.symbols:
+        if arg.role == "scalar" and arg.value and arg.value.strip() in spec.symbols and arg.name not in strides:
             carriers.setdefault(arg.value.strip(), arg.name)
     carriers.update({s: s for s in shape_params(spec)})
     return {s: carriers[s] for s in spec.symbols}
@@ -144,4 +152,6 @@ def caller_scalars(spec) -> list:
     if missing := [s for s in shape_params(spec) if s not in from_tensors]:
         raise ExportError(f"{spec.name}: neither a tensor dimension nor a scalar argument gives "
                           f"{', '.join(missing)}, so a caller cannot tell the shape")
-    return [a for a in spec.args if a.role == "scalar" and carried.get(a.name) not in from_tensors]
+    strides = row_strides(spec)
+    return [a for a in spec.args if a.role == "scalar" and a.name not in strides
+            and carried.get(a.name) not in from_tensors]

@@ -36,7 +36,8 @@ from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.kernels_sglang import suite
 from .dispatch import DispatchTable
 from .export_format import (
-    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, caller_scalars, shape_args, tensor_symbols,
+    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, caller_scalars, row_strides, shape_args,
+    tensor_symbols,
 )
 
 ALIGNMENT = 16  # bytes: the kernels load 16-byte vectors from each tensor's start
@@ -90,6 +91,7 @@ class ExportedKernel:
         # Everything a call reads from the spec, parsed once (a call parses nothing): the scalars the
         # caller passes, where each symbol comes from, each tensor's sizes as expressions.
         self.given = [a.name for a in caller_scalars(self.spec)]
+        self._row_strides = row_strides(self.spec)  # scalar -> the tensor whose row stride it carries
         self._from_tensors = tensor_symbols(self.spec)
         self._dims = [[Expression(d) for d in a.shape] for a in self.tensors]
         self._elem_bytes = numpy_dtype(self.dtype).itemsize
@@ -259,12 +261,15 @@ class ExportedKernel:
             env = {**shape, "ELEM_BYTES": self._elem_bytes}
             sizes = [tuple(int(d(env)) for d in dims) for dims in self._dims]
             self._sizes[key] = sizes
+        strides: dict[str, int] = {}  # tensor -> its row stride, where the kernel takes it
         for v, arg, want in zip(views, self.tensors, sizes):
             if v.shape != want:
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} has shape {tuple(v.shape)}; with "
                                           f"{', '.join(f'{s} = {n}' for s, n in shape.items())} it must be {want} "
                                           f"[{', '.join(arg.shape)}]")
-            if not v.is_contiguous():
+            if arg.row_stride:
+                strides[arg.name] = self._row_stride(v, arg)
+            elif not v.is_contiguous():
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} is not contiguous (strides {v.strides}); "
                                           "pass .contiguous()")
             if v.nbytes and v.ptr % ALIGNMENT:
@@ -276,22 +281,43 @@ class ExportedKernel:
         # hashes by identity): anything else is converted at every call, and no cache grows per call
         plain = all(type(given[name]) in (int, float, bool) or isinstance(given[name], np.generic)
                     for name in self.given)
-        values_key = (key, tuple((type(given[name]).__name__, repr(given[name])) for name in self.given)) if plain else None
+        values_key = (key, tuple(strides.values()),
+                      tuple((type(given[name]).__name__, repr(given[name])) for name in self.given)) if plain else None
         values = self._values.get(values_key) if plain else None
         if values is None:
-            values = self._scalars(shape, given)
+            values = self._scalars(shape, given, strides)
             if values_key is not None:
                 with self._lock:
                     self._values[values_key] = values
         return shape, values
 
-    def _scalars(self, shape: dict[str, int], given: dict) -> dict[str, np.generic]:
+    def _row_stride(self, v, arg) -> int:
+        """The elements from one row of `v` to the next (ArgSpec.row_stride): each row contiguous, the
+        rows apart by at least a row and a multiple of 16 bytes (the kernel's vector loads)."""
+        row = 1
+        for size, stride in zip(reversed(v.shape[1:]), reversed(v.strides[1:])):
+            if size != 1 and stride != row:
+                raise LaunchArgumentError(f"{self.name} argument {arg.name} has strides {v.strides}; each of its rows "
+                                          "must be contiguous (pass .contiguous())")
+            row *= size
+        stride = v.strides[0] if v.shape[0] > 1 else row  # one row: its stride is never used
+        if stride < row:
+            raise LaunchArgumentError(f"{self.name} argument {arg.name} has strides {v.strides}; its rows overlap")
+        if stride * self._elem_bytes % ALIGNMENT:
+            raise LaunchArgumentError(f"{self.name} argument {arg.name} has rows {stride} elements apart, not a multiple "
+                                      f"of {ALIGNMENT} bytes; the kernel loads {ALIGNMENT}-byte vectors from each row")
+        return stride
+
+    def _scalars(self, shape: dict[str, int], given: dict, strides: dict[str, int]) -> dict[str, np.generic]:
         carried = {name: symbol for symbol, name in self.carriers.items()}
         values = {}
         for arg in self.spec.args:
             if arg.role != "scalar":
                 continue
-            value = given[arg.name] if arg.name in self.given else shape[carried[arg.name]]
+            if arg.name in self._row_strides:
+                value = strides[self._row_strides[arg.name]]
+            else:
+                value = given[arg.name] if arg.name in self.given else shape[carried[arg.name]]
             try:
                 if isinstance(value, (str, bytes)) or np.ndim(value) != 0:
                     raise TypeError("not one number")

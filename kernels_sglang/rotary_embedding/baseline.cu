@@ -8,7 +8,8 @@
 // over all q then k heads (`#pragma unroll 1`); otherwise the grid is (tokens / BDY, HQ + HK), a
 // head per CTA. SGLang picks between its two kernels on the host; here the choice is the derived
 // HEAD_PARALLEL and both are this one kernel. Fast math and a 128-register cap as sgl-kernel's
-// SM90 build; PDL is left off.
+// SM90 build; PDL is left off. q and k rows lie q_stride and k_stride elements apart, as SGLang's
+// q_stride_n and k_stride_n (views into the QKV output).
 //
 // Deviations from SGLang:
 // - Shapes SGLang does not dispatch (its head dims are 64/128/256/512, R/2 a multiple of vec): vec
@@ -22,8 +23,9 @@
 //   uses (its wider load can run past the cache's last row).
 // - The rule's blocks_per_sm is what cudaOccupancyMaxActiveBlocksPerMultiprocessor gives for
 //   the token-parallel kernel; SGLang asks the driver, a template cannot, so K0_REGS states this
-//   port's register count (ptxas, sm_90: 48 NeoX bf16, 45 fp16, 31 interleaved; the test checks it
-//   still gives the same occupancy). At 48 registers a 128-thread CTA gets 10 per SM, so
+//   port's register count (ptxas, sm_90: 48 NeoX bf16, 44 fp16, 31 interleaved; the test checks it
+//   still gives the same occupancy), and __launch_bounds__' minimum of BLOCKS_PER_SM CTAs holds
+//   ptxas to it (the row strides' 64-bit offsets took interleaved bf16 to 33-36 without it). At 48 registers a 128-thread CTA gets 10 per SM, so
 //   N=16384, D=128 (2048 CTAs >= 1320) runs token-parallel; at <= 32 it would get 16 (2112 CTAs)
 //   and run head-parallel. FlashInfer's own kernel may differ: check which kernel SGLang launches.
 #include "common.cuh"
@@ -45,10 +47,10 @@
 //@ fast_math: 1
 //@ max_registers: 128
 
-extern "C" __global__ void __launch_bounds__(BDX * BDY)
+extern "C" __global__ void __launch_bounds__(BDX * BDY, BLOCKS_PER_SM)
 rope(const long long* __restrict__ positions, scalar_t* q, scalar_t* k,
      const float* __restrict__ cos_sin_cache, int nnz, int num_q_heads, int num_k_heads,
-     int head_dim, int rotary_dim) {
+     int head_dim, int rotary_dim, int q_stride, int k_stride) {
     typedef Vec<scalar_t, VEC> V;
     typedef Vec<float, CSW> CV;
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -79,11 +81,12 @@ rope(const long long* __restrict__ positions, scalar_t* q, scalar_t* k,
 #else
     const int h_begin = 0, h_end = num_q_heads + num_k_heads;
 #endif
+    scalar_t* const q_row = q + idx * q_stride;
+    scalar_t* const k_row = k + idx * k_stride;
 #pragma unroll 1
     for (int h = h_begin; h < h_end; ++h) {
-        scalar_t* head = h < num_q_heads
-            ? q + (idx * num_q_heads + h) * HEAD_DIM
-            : k + (idx * num_k_heads + (h - num_q_heads)) * HEAD_DIM;
+        const bool is_q = h < num_q_heads;
+        scalar_t* head = (is_q ? q_row : k_row) + (is_q ? h : h - num_q_heads) * HEAD_DIM;
         V out;
         if (active) {
             const V x = *reinterpret_cast<const V*>(head + off);

@@ -37,8 +37,10 @@ SPEC = KernelSpec(
     symbols=_SYMBOLS,
     args=[
         ArgSpec(name="positions", role="in", dtype="int64", shape=["N"], doc="position of each token, in [0, P)"),
-        ArgSpec(name="q", role="inout", dtype="T", shape=["N", "HQ * D"], doc="query heads, rotated in place"),
-        ArgSpec(name="k", role="inout", dtype="T", shape=["N", "HK * D"], doc="key heads, rotated in place"),
+        ArgSpec(name="q", role="inout", dtype="T", shape=["N", "HQ * D"], row_stride="q_stride",
+                doc="query heads, rotated in place; its rows q_stride apart (a view into a QKV output)"),
+        ArgSpec(name="k", role="inout", dtype="T", shape=["N", "HK * D"], row_stride="k_stride",
+                doc="key heads, rotated in place; its rows k_stride apart"),
         ArgSpec(name="cos_sin_cache", role="in", dtype="fp32", shape=["P", "R"],
                 doc="row p: cos(p * f_i) for i < R/2, then sin(p * f_i); f_i = 10000^(-2i/R)"),
         ArgSpec(name="nnz", role="scalar", dtype="int32", value="N"),
@@ -46,6 +48,11 @@ SPEC = KernelSpec(
         ArgSpec(name="num_k_heads", role="scalar", dtype="int32", value="HK"),
         ArgSpec(name="head_dim", role="scalar", dtype="int32", value="D"),
         ArgSpec(name="rotary_dim", role="scalar", dtype="int32", value="R"),
+        # SGLang's kernel takes q and k as they come out of the QKV projection's split, rows apart by
+        # the fused width (q_stride_bytes, k_stride_bytes there): no copy before the rotation. The
+        # suite's own runs pass contiguous q and k (these values); the exported op passes the views'.
+        ArgSpec(name="q_stride", role="scalar", dtype="int32", value="HQ * D", doc="elements from one token's q row to the next"),
+        ArgSpec(name="k_stride", role="scalar", dtype="int32", value="HK * D", doc="elements from one token's k row to the next"),
     ],
     dtypes=["bf16", "fp16"],
     variants={"default": {"INTERLEAVE": 0}, "interleaved": {"INTERLEAVE": 1}},

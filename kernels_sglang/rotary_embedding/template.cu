@@ -9,7 +9,8 @@
 // batches over more SMs. CS_MODE says where cos/sin live: 0 re-read from global memory (L1) for
 // each group of UNROLL heads, 1 loaded once per thread into registers, 2 staged per token in shared
 // memory by the whole CTA (coalesced) and read from there for each group of heads.
-// Shape values are runtime arguments (no shape-dependent defines), so one binary per
+// q and k rows lie q_stride and k_stride elements apart (views into a QKV output, as SGLang passes
+// them; HQ * D and HK * D when contiguous). Shape values are runtime arguments (no shape-dependent defines), so one binary per
 // configuration, dtype and variant serves every shape. Fast math is on (the kernel has no
 // transcendental: cos/sin come from the cache, so it only relaxes the fp32 rounding of the rotation).
 #include "common.cuh"
@@ -44,7 +45,7 @@
 extern "C" __global__ void __launch_bounds__(512, 1)
 rope(const long long* __restrict__ positions, scalar_t* __restrict__ q, scalar_t* __restrict__ k,
      const float* __restrict__ cos_sin_cache, int nnz, int num_q_heads, int num_k_heads,
-     int head_dim, int rotary_dim) {
+     int head_dim, int rotary_dim, int q_stride, int k_stride) {
     typedef Vec<scalar_t, VEC> V;
     typedef Vec<float, CSW> CV;
     const int half = rotary_dim >> 1;
@@ -101,8 +102,8 @@ rope(const long long* __restrict__ positions, scalar_t* __restrict__ q, scalar_t
             const int h = hb + u * HT;
             if (h < h_end) {
                 ptr[u] = h < num_q_heads
-                    ? q + (token * num_q_heads + h) * head_dim
-                    : k + (token * num_k_heads + (h - num_q_heads)) * head_dim;
+                    ? q + token * q_stride + h * head_dim
+                    : k + token * k_stride + (h - num_q_heads) * head_dim;
                 a[u] = *reinterpret_cast<const V*>(ptr[u] + x_off);
 #if !INTERLEAVE
                 b[u] = *reinterpret_cast<const V*>(ptr[u] + half + x_off);

@@ -446,6 +446,37 @@ def test_callable_checks_each_argument(exported):
         load_callable(exported["rmsnorm"].parent)
 
 
+def test_the_rotary_callable_takes_q_and_k_as_views_into_a_qkv_output(tmp_path):
+    """q and k carry row strides: rows apart by a 16-byte multiple are taken and their strides passed
+    as q_stride and k_stride (never the caller's); rows not contiguous, overlapping or misaligned
+    are one-line errors; the other tensors must still be contiguous; the scalars follow the strides."""
+    export.export(export.resolve_source(None, "h200", "rotary_embedding"), tmp_path / "r")
+    rope = load_callable(tmp_path / "r")
+    heads = {"num_q_heads": 32, "num_k_heads": 8, "head_dim": 128}
+    positions, cache = _view((4,), "int64"), _view((4096, 128), "fp32")
+    q, k = _view((4, 4096), strides=(6144, 1)), _view((4, 1024), strides=(6144, 1), ptr=(1 << 20) + 8192)
+    shape, values = rope._shape_and_scalars([positions, q, k, cache], heads)
+    assert shape == {"N": 4, "HQ": 32, "HK": 8, "D": 128, "R": 128, "P": 4096}
+    assert (values["q_stride"], values["k_stride"]) == (6144, 6144)
+    _, contiguous = rope._shape_and_scalars([positions, _view((4, 4096)), _view((4, 1024)), cache], heads)
+    assert (contiguous["q_stride"], contiguous["k_stride"]) == (4096, 1024)
+    single = rope._shape_and_scalars([_view((1,), "int64"), _view((1, 4096), strides=(3, 1)), _view((1, 1024)), cache],
+                                     heads)[1]
+    assert single["q_stride"] == 4096  # one row: its stride is never used
+    cases = [
+        ([positions, _view((4, 4096), strides=(1, 4)), k, cache], "argument q has strides .* rows must be contiguous"),
+        ([positions, q, _view((4, 1024), strides=(512, 1)), cache], "argument k has strides .* its rows overlap"),
+        ([positions, q, _view((4, 1024), strides=(1028, 1)), cache], "argument k has rows 1028 elements apart, not a "
+                                                                      "multiple of 16 bytes"),
+        ([positions, q, k, _view((4096, 128), "fp32", strides=(256, 1))], "argument cos_sin_cache is not contiguous"),
+    ]
+    for views, message in cases:
+        with pytest.raises(LaunchArgumentError, match=message):
+            rope._shape_and_scalars(views, heads)
+    with pytest.raises(LaunchArgumentError, match="has no scalar q_stride"):
+        rope._shape_and_scalars([positions, q, k, cache], {**heads, "q_stride": 6144})
+
+
 def test_callable_refuses_cpu_tensors(exported):
     torch = pytest.importorskip("torch")
     x = torch.zeros(4, 4096, dtype=torch.bfloat16)
@@ -486,27 +517,30 @@ def test_export_json_names_its_format_and_a_newer_format_is_refused_by_name(tmp_
         load_callable(tmp_path / "out")
 
 
-def test_the_rotary_drop_in_falls_back_where_the_export_does_not_run_and_skips_an_empty_batch():
-    """SGLang's q and k are column slices of the fused QKV output: not contiguous, so the original
-    op takes them (until the kernel takes row strides); a GPT-J call under a NeoX export, another
-    dtype, too; an idle batch of 0 tokens is nothing to do, for either."""
+def test_the_rotary_drop_in_takes_sglangs_qkv_views_and_falls_back_where_the_export_does_not_run():
+    """SGLang's q and k are column slices of the fused QKV output: rows apart, each row contiguous,
+    which the kernel takes (its row strides); a view whose rows are not contiguous, rows apart by
+    other than a 16-byte multiple, a GPT-J call under a NeoX export and another dtype go to the
+    original op; an idle batch of 0 tokens is nothing to do, for either."""
     torch = pytest.importorskip("torch")
     swap = export_guide.swap_in("rotary_embedding", "default")
     calls = []
-    namespace = {"torch": torch, "_tuned": lambda *a, **k: calls.append(("tuned", k)),
-                 "_original": lambda *a, **k: calls.append(("original", {}))}
+    namespace = {"torch": torch, "_tuned": lambda *a, **k: calls.append(("tuned", a[1].stride(), k)),
+                 "_original": lambda *a, **k: calls.append(("original",))}
     exec(swap.wrapper.replace("{torch_dtype}", "torch.bfloat16"), namespace)
     rope = namespace[swap.op]
     positions, cache = torch.arange(4), torch.zeros(64, 128)
     qkv = torch.zeros(4, (4 + 2 * 2) * 128, dtype=torch.bfloat16)
     q, k = qkv[:, :512], qkv[:, 512:768]
     rope(positions, q, k, 128, cache, True)
-    rope(positions, q.contiguous(), k.contiguous(), 128, cache, False)
-    rope(positions, q.contiguous().half(), k.contiguous().half(), 128, cache, True)
-    assert [c[0] for c in calls] == ["original"] * 3
+    assert calls == [("tuned", (1024, 1), {"num_q_heads": 4, "num_k_heads": 2, "head_dim": 128})]
     calls.clear()
-    rope(positions, q.contiguous(), k.contiguous(), 128, cache, True)
-    assert calls == [("tuned", {"num_q_heads": 4, "num_k_heads": 2, "head_dim": 128})]
+    rope(positions, q, k, 128, cache, False)
+    rope(positions, q.half(), k.half(), 128, cache, True)
+    rope(positions, q.t().contiguous().t(), k, 128, cache, True)  # columns contiguous, rows not
+    odd = torch.zeros(4, 1028, dtype=torch.bfloat16)  # rows 2056 bytes apart
+    rope(positions, odd[:, :512], odd[:, 512:768], 128, cache, True)
+    assert calls == [("original",)] * 4
     calls.clear()
     empty = torch.zeros(0, 512, dtype=torch.bfloat16)
-    assert rope(torch.arange(0), empty, empty[:, :256].contiguous(), 128, cache, True) is None and calls == []
+    assert rope(torch.arange(0), empty, empty[:, :256], 128, cache, True) is None and calls == []

@@ -60,3 +60,13 @@ def test_the_reports_in_docs_render_again_and_a_foreign_file_is_one_line(tmp_pat
     assert serving.main() == 2
     out = capsys.readouterr().out
     assert out.startswith("error: --from") and len(out.strip().splitlines()) == 1
+
+
+def test_the_rounds_of_every_variant_are_interleaved():
+    """A round takes one sample of each variant, the order reversed every other round, so a drift of
+    the host's speed over the run reaches every variant's range alike."""
+    log = []
+    samplers = {key: (lambda k=key: log.append(k) or float(len(log))) for key in ("a", "b", "c")}
+    samples = module().interleaved(samplers, rounds=4)
+    assert log == ["a", "b", "c", "c", "b", "a", "a", "b", "c", "c", "b", "a"]
+    assert samples == {"a": [1.0, 6.0, 7.0, 12.0], "b": [2.0, 5.0, 8.0, 11.0], "c": [3.0, 4.0, 9.0, 10.0]}

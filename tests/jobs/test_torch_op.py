@@ -42,7 +42,7 @@ def test_each_op_takes_the_specs_tensors_and_the_scalars_the_shape_does_not_give
     assert not re.search(r"@[A-Z_]+@", text)  # every placeholder filled
     for arg in folder.spec.args:  # every tensor checked, the shape read from them, nothing from scalars
         if arg.role != "scalar":
-            assert f"ASTRA_TENSOR({arg.name}, " in text
+            assert f"{'ASTRA_ROWS_APART' if arg.row_stride else 'ASTRA_TENSOR'}({arg.name}, " in text
     assert "at::cuda::getCurrentCUDAStream()" in text
 
 
@@ -60,16 +60,31 @@ def test_a_size_the_tensors_hold_only_as_a_product_comes_from_its_scalar_and_an_
                  "ASTRA_SIZE(q, 1, ax_mul(err, sym_HQ, sym_D));"):
         assert line in text, line
     launch = re.search(r"rotary_embedding_launch\((.*), at::cuda::getCurrentCUDAStream\(\)\)", text).group(1)
-    assert launch.endswith("static_cast<int>(sym_R), static_cast<int>(sym_P)"), launch
+    assert launch.endswith("static_cast<int>(sym_R), static_cast<int>(stride_q_stride), "
+                           "static_cast<int>(stride_k_stride), static_cast<int>(sym_P)"), launch
     cuda_file.export(source, tmp_path / "out")
     header = (tmp_path / "out" / "rotary_embedding.h").read_text()
-    assert "int rotary_dim, int P, cudaStream_t stream);" in header
+    assert "int rotary_dim, int q_stride, int k_stride, int P, cudaStream_t stream);" in header
     cu = (tmp_path / "out" / "rotary_embedding.cu").read_text()
-    assert "int rotary_dim, int P, cudaStream_t stream) {" in cu
+    assert "int rotary_dim, int q_stride, int k_stride, int P, cudaStream_t stream) {" in cu
     assert "(ax_int)nnz, (ax_int)num_q_heads, (ax_int)num_k_heads, (ax_int)head_dim, (ax_int)rotary_dim, (ax_int)P" in cu
     readme = (tmp_path / "out" / "README.md").read_text()
     assert "P: an argument of its own, after the others" in readme
     assert "num_q_heads=HQ, num_k_heads=HK, head_dim=D)" in (tmp_path / "out" / "rotary_embedding_launch.py").read_text()
+
+
+def test_q_and_k_may_be_views_into_a_qkv_output_their_row_strides_passed_to_the_kernel():
+    """rotary_embedding's q and k carry row_stride: the op checks each row contiguous and the rows
+    apart by a 16-byte multiple (not contiguity), and passes the views' strides where the kernel takes
+    them; the caller never gives q_stride or k_stride, the other tensors stay contiguous."""
+    folder = suite.load("rotary_embedding")
+    text = torch_op.render(cuda_file.resolve_source(None, "h200", "rotary_embedding").table, folder)
+    for line in ("ASTRA_ROWS_APART(q, at::kBFloat16, 2);", "ASTRA_ROWS_APART(k, at::kBFloat16, 2);",
+                 "ASTRA_TENSOR(positions, at::kLong, 1);", "ASTRA_ROW_STRIDE(stride_q_stride, q);",
+                 "ASTRA_ROW_STRIDE(stride_k_stride, k);"):
+        assert line in text, line
+    assert "stride" not in torch_op.schema(folder, "bf16")
+    assert "not a multiple of 16 bytes" in text and "its rows overlap" in text
 
 
 def test_an_fp16_table_makes_an_op_of_its_own_name_and_types():
@@ -171,7 +186,7 @@ def test_a_shape_no_argument_can_give_is_refused_by_name():
     from astra_kernels.runtime.export_format import ExportError, caller_scalars, shape_params
 
     def arg(name, role, shape=(), value=""):
-        return SimpleNamespace(name=name, role=role, shape=list(shape), value=value, dtype="int32")
+        return SimpleNamespace(name=name, role=role, shape=list(shape), value=value, dtype="int32", row_stride=None)
 
     product_only = SimpleNamespace(name="k", symbols=["T", "H", "D"],
                                    args=[arg("x", "in", ["T", "H * D"]), arg("heads", "scalar", value="H")])

@@ -118,3 +118,69 @@ def test_a_size_given_as_a_scalar_is_checked_against_the_tensors(ops):
         assert words in first and first.startswith("rotary_embedding: "), first
     with pytest.raises(Exception, match="argument q has shape"):
         callable_(*tensors, **{**scalars, "num_q_heads": 16})
+
+
+def qkv_views(shape, seed=2):
+    """positions, q and k as SGLang passes them (column slices of one QKV output, v after them), the
+    cache, and the whole buffer: rows (HQ + 2 HK) * D elements apart."""
+    from astra_kernels.jobs.torch_tensors import op_arguments
+
+    (positions, q, k, cache), scalars = op_arguments("rotary_embedding", "bf16", shape, seed=seed)
+    n, wq, wk = q.shape[0], q.shape[1], k.shape[1]
+    qkv = torch.randn(n, wq + 2 * wk, device="cuda").to(torch.bfloat16)
+    qkv[:, :wq], qkv[:, wq:wq + wk] = q, k
+    return positions, qkv[:, :wq], qkv[:, wq:wq + wk], cache, qkv, scalars
+
+
+@pytest.mark.parametrize("shape", [dict(N=n, HQ=32, HK=8, D=128, R=128, P=4096) for n in (1, 16, 256)]
+                         + [dict(N=37, HQ=5, HK=1, D=128, R=64, P=4096), dict(N=100, HQ=8, HK=4, D=256, R=256, P=4096)])
+def test_rotary_takes_q_and_k_in_place_in_the_qkv_output(ops, shape):
+    """The op and the callable rotate q and k where they lie in the fused QKV output (row strides, no
+    copy): the same bits as on contiguous copies, v and the rest untouched; also captured in a CUDA
+    graph and under torch.compile(fullgraph=True), whose functionalization of the mutated views must
+    write back into the buffer."""
+    op, callable_ = ops["rotary_embedding"]
+    positions, q, k, cache, qkv, scalars = qkv_views(shape)
+    want_q, want_k, v_before = q.clone(), k.clone(), qkv[:, q.shape[1] + k.shape[1]:].clone()
+    op(positions, want_q, want_k, cache, **scalars)
+    op(positions, q, k, cache, **scalars)
+    torch.cuda.synchronize()
+    assert torch.equal(q, want_q) and torch.equal(k, want_k), shape
+    assert torch.equal(qkv[:, q.shape[1] + k.shape[1]:], v_before)
+    positions, q, k, cache, qkv, scalars = qkv_views(shape)
+    callable_(positions, q, k, cache, **scalars)
+    torch.cuda.synchronize()
+    assert torch.equal(q, want_q) and torch.equal(k, want_k), shape
+    positions, q, k, cache, qkv, scalars = qkv_views(shape)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(positions, q, k, cache, **scalars)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(q, want_q) and torch.equal(k, want_k), shape
+    positions, q, k, cache, qkv, scalars = qkv_views(shape)
+    wq, wk = q.shape[1], k.shape[1]
+
+    def split_and_rotate(buffer, positions, cache):
+        a, b, _ = buffer.split([wq, wk, wk], dim=-1)
+        op(positions, a, b, cache, **scalars)
+        return buffer
+
+    torch._dynamo.reset()
+    compiled = torch.compile(split_and_rotate, fullgraph=True)
+    out = compiled(qkv, positions, cache)
+    torch.cuda.synchronize()
+    assert torch.equal(out[:, :wq], want_q) and torch.equal(out[:, wq:wq + wk], want_k), shape
+    assert torch.equal(qkv[:, :wq], want_q), "the compiled call must write into the caller's buffer"
+
+
+def test_rotary_refuses_rows_it_cannot_load_in_one_line(ops):
+    op, _ = ops["rotary_embedding"]
+    positions, q, k, cache, qkv, scalars = qkv_views(dict(N=16, HQ=32, HK=8, D=128, R=128, P=4096))
+    odd = torch.zeros(16, 4096 + 1024 + 4, dtype=torch.bfloat16, device="cuda")  # rows 10248 bytes apart
+    for args, words in (((positions, odd[:, :4096], odd[:, 4096:5120], cache), "has rows 5124 elements apart"),
+                        ((positions, q.t().contiguous().t(), k, cache), "each of its rows must be contiguous")):
+        with pytest.raises(RuntimeError) as caught:
+            op(*args, **scalars)
+        first = str(caught.value).splitlines()[0]
+        assert words in first and first.startswith("rotary_embedding: argument q"), first

@@ -22,6 +22,28 @@ def test_unknown_kernel_is_a_clear_error():
         suite.load("silu_and_mull")
 
 
+def test_a_row_stride_names_an_integer_scalar_whose_value_is_the_contiguous_stride():
+    """ArgSpec.row_stride: a tensor of two or more dimensions, its carrier an integer scalar whose value
+    is the product of the tensor's other sizes (what the suite's contiguous runs pass)."""
+    from astra_kernels.kernels_sglang.schema import KernelSpec
+
+    spec = suite.load("rotary_embedding").spec.model_dump()
+
+    def with_args(**changes):
+        args = [dict(a, **changes.get(a["name"], {})) for a in spec["args"]]
+        return KernelSpec.model_validate({**spec, "args": args})
+
+    assert with_args().args[1].row_stride == "q_stride"
+    for changes, message in [
+        ({"q_stride": {"value": "HQ * R"}}, "q_stride = HQ \\* R is not q's contiguous row stride"),
+        ({"q": {"row_stride": "eps"}}, "q's row_stride 'eps' must name an integer scalar argument"),
+        ({"q": {"row_stride": "k"}}, "q's row_stride 'k' must name an integer scalar argument"),
+        ({"positions": {"row_stride": "q_stride"}}, "row_stride on positions: only a tensor of two or more"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            with_args(**changes)
+
+
 @pytest.mark.parametrize("name", KERNELS)
 def test_baseline_runs_at_every_shape_dtype_and_variant(name):
     folder = suite.load(name)

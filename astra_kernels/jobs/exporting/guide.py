@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.jobs.generated_files import fill, md_code, md_text
-from astra_kernels.runtime.export_format import Group, caller_scalars, op_name, shape_args, shape_params
+from astra_kernels.runtime.export_format import Group, caller_scalars, op_name, row_strides, shape_args, shape_params
 from .torch_op import schema
 
 
@@ -77,14 +77,17 @@ SWAPS = {
 }
 _ROPE_WRAPPER = '''def apply_rope_with_cos_sin_cache_inplace(positions, query, key, head_size, cos_sin_cache, is_neox=True,
                                           *args, **kwargs):
-    if (query.dtype != {torch_dtype} or key.dtype != query.dtype or bool(is_neox) != {is_neox} or args or kwargs
-            or positions.dtype != torch.int64 or cos_sin_cache.dtype != torch.float32
-            or not (query.is_contiguous() and key.is_contiguous() and cos_sin_cache.is_contiguous())):
-        return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     tokens = positions.numel()
     if tokens == 0:  # an idle batch: nothing to rotate (and no row width to read from empty tensors)
         return
+    # q and k as SGLang passes them, views into the QKV output: rows apart, each row contiguous
+    if (query.dtype != {torch_dtype} or key.dtype != query.dtype or bool(is_neox) != {is_neox} or args or kwargs
+            or positions.dtype != torch.int64 or cos_sin_cache.dtype != torch.float32
+            or not (query[0].is_contiguous() and key[0].is_contiguous() and cos_sin_cache.is_contiguous())):
+        return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     q, k = query.view(tokens, -1), key.view(tokens, -1)
+    if tokens > 1 and ((q.stride(0) * q.element_size()) % 16 or (k.stride(0) * k.element_size()) % 16):
+        return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     _tuned(positions.view(-1), q, k, cos_sin_cache, num_q_heads=q.shape[1] // head_size,
            num_k_heads=k.shape[1] // head_size, head_dim=head_size)'''
 _ACTIVATIONS = {"default": ("silu_and_mul", "SiluAndMul"), "gelu": ("gelu_and_mul", "GeluAndMul"),
@@ -153,6 +156,7 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
     spec = folder.spec
     carriers = shape_args(spec)
     own = set(shape_params(spec))  # symbols the launch takes as arguments of their own
+    strides = row_strides(spec)  # scalar -> the tensor whose row stride the kernel takes
     signature = ", ".join(
         f"{a.name}{'' if a.role == 'scalar' else ' [' + ', '.join(a.shape) + ']'}"
         f" ({a.role}, {dtype if a.dtype == 'T' else a.dtype})" for a in spec.args)
@@ -187,7 +191,9 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
         f"Arguments, in order: {signature}. "
         f"The shape ({', '.join(f'{s}: an argument of its own, after the others' if s in own else f'{s} = {a}' for s, a in carriers.items())}) "
         "is read from the scalars in C, and in Python from the tensors' sizes (a size they hold only as a "
-        "product, from its scalar). Tensors must be contiguous and 16-byte aligned.",
+        "product, from its scalar). Tensors must be contiguous and 16-byte aligned"
+        + (f" ({' and '.join(sorted(set(strides.values())))} may have their rows apart, each row contiguous and the "
+           "stride a multiple of 16 bytes: the kernel takes it)" if strides else "") + ".",
         "",
         "## Build it",
         "",

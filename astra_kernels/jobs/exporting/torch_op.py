@@ -21,7 +21,7 @@ from astra_kernels.tools.toolchain.dtypes import FLOAT_TYPES
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.export_format import (
-    ExportError, c_signature, caller_scalars, op_name, shape_args, shape_params, tensor_symbols,
+    ExportError, c_signature, caller_scalars, op_name, row_strides, shape_args, shape_params, tensor_symbols,
 )
 from ..generated_files import fill
 
@@ -62,10 +62,13 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
         return f"sym_{symbol}"
 
     given = {a.name for a in caller_scalars(spec)}
+    strides = row_strides(spec)  # scalar -> the tensor whose row stride it carries
     params, checks, launch = [], [], []
     for (ctype, name), arg in zip(c_signature(spec, dtype), spec.args):
         if arg.role == "scalar":
-            if name not in given:
+            if name in strides:
+                launch.append(f"static_cast<{ctype}>(stride_{name})")
+            elif name not in given:
                 launch.append(f"static_cast<int>({symbol_var(carried[name])})")
             else:
                 params.append(f"{'double' if arg.dtype in FLOAT_TYPES else 'int64_t'} {name}")
@@ -76,7 +79,8 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
     launch += [f"static_cast<int>({symbol_var(symbol)})" for symbol in shape_params(spec)]
     for arg in tensors:
         arg_dtype = dtype if arg.dtype == "T" else arg.dtype
-        checks.append(f"    ASTRA_TENSOR({arg.name}, {TORCH_SCALAR_TYPES[arg_dtype]}, {len(arg.shape)});")
+        check = "ASTRA_ROWS_APART" if arg.row_stride else "ASTRA_TENSOR"
+        checks.append(f"    {check}({arg.name}, {TORCH_SCALAR_TYPES[arg_dtype]}, {len(arg.shape)});")
     from_tensors = tensor_symbols(spec)
     for symbol in spec.symbols:  # from the first dimension that is the symbol itself, else its scalar
         if symbol in from_tensors:
@@ -87,6 +91,7 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
     for arg in tensors:
         for dim, text in enumerate(arg.shape):
             checks.append(f"    ASTRA_SIZE({arg.name}, {dim}, {to_cpp(Expression(text), symbol_var)});")
+    checks += [f"    ASTRA_ROW_STRIDE(stride_{name}, {tensor});" for name, tensor in strides.items()]
     text = fill("export_torch_op.cpp.in", KERNEL=table.kernel, OP=op_name(table.kernel, dtype),
                 SCHEMA=schema(folder, dtype), FIRST=tensors[0].name, PARAMS=", ".join(params),
                 CHECKS="\n".join(checks), LAUNCH=", ".join(launch))
