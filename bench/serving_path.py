@@ -14,8 +14,8 @@ The suite's three ops come either from the exported kernels registered as PyTorc
 (runtime/torch_op.py: `astra`; the shipped tables of this GPU's kind, or the H200's where only it
 has one), or in SGLang's own PyTorch forms (`forward_native`: each kernel's peer.py, `native`).
 Measured per token count, each the median of ROUNDS rounds with their range kept, the rounds of all
-the variants interleaved (a round takes one sample of each), so a host whose speed drifts moves them
-alike:
+the variants interleaved (a round takes one sample of each), so a host or GPU whose speed drifts over
+the run moves them alike:
 
 - eager: the layer called back to back (wall time per call: host and device, whichever is longer);
 - graph: the layer captured once in a CUDA graph and replayed (device time; what decode pays);
@@ -146,27 +146,30 @@ def eager_sampler(torch, call, calls: int):
 
 
 def graph_sampler(torch, call, replays: int):
-    """`call` captured once in a CUDA graph; one sample per call of the result: the device time per
-    replay of `replays` back-to-back replays."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    for _ in range(3):
-        graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
+    """One sample per call of the result: `call` captured in a CUDA graph, replayed `replays` times
+    back to back, the device time per replay, and the graph released. Captured anew for every sample
+    so that rounds interleave (the GPU's clocks drift between windows too: 7% at 4096 tokens between
+    two H200 runs) while one graph at a time is alive: ten graphs kept alive across interleaved eager
+    calls met an illegal address at 4096 tokens on an H200 (2026-11-27)."""
     def sample() -> float:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        for _ in range(3):
+            graph.replay()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(replays):
             graph.replay()
         stop.record()
         stop.synchronize()
+        del graph
         return start.elapsed_time(stop) * 1000.0 / replays
     return sample
 
@@ -297,7 +300,6 @@ def main() -> int:
                         a(g)), 20)
             for key, samples in interleaved(samplers).items():
                 record(row, key, samples)
-            del samplers  # the graphs' memory, before the next token count
             scale = float(reference.float().abs().max())
             row["reference_max_abs"] = scale
             rows.append(row)
