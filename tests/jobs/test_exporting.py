@@ -387,6 +387,22 @@ def test_the_l2_regime_picks_the_shipped_table_and_checks_a_given_one(tmp_path, 
     assert "error: no h100 table tuned with warm L2 is shipped for silu_and_mul" in capsys.readouterr().out
 
 
+def test_cli_export_build_without_a_cuda_pytorch_is_one_line_and_keeps_the_folder(tmp_path, capsys):
+    """--build builds the op's library after the folder is written; where it cannot (here: no CUDA in
+    this PyTorch, or no PyTorch), one line says why and the written folder stays."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.version.cuda is not None:
+        pytest.skip("a CUDA build of PyTorch would build the op: tests/jobs/test_torch_op_on_gpu.py covers that")
+    assert main(["export", "--gpu-kind", "h200", "--kernel", "silu_and_mul", "--out", str(tmp_path / "b"),
+                 "--build"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "error:" in out and ("has no CUDA" in out or "--build needs PyTorch" in out), out
+    assert "Traceback" not in out and (tmp_path / "b" / "silu_and_mul.cu").is_file()
+
+
 def test_cli_export(tmp_path, capsys):
     assert main(["export", "--gpu-kind", "h200", "--kernel", "silu_and_mul", "--out", str(tmp_path / "s"),
                  "--json"]) == 0

@@ -184,3 +184,18 @@ def test_rotary_refuses_rows_it_cannot_load_in_one_line(ops):
             op(*args, **scalars)
         first = str(caught.value).splitlines()[0]
         assert words in first and first.startswith("rotary_embedding: argument q"), first
+
+
+def test_export_build_leaves_the_library_load_then_reads(tmp_path, capsys):
+    """`astra export --build` builds the op's library with the folder; load() then finds it cached."""
+    import json
+
+    from astra_kernels.cli import main
+    from astra_kernels.runtime import torch_op
+
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA device")
+    assert main(["export", "--gpu-kind", "h200", "--kernel", "silu_and_mul", "--out", str(tmp_path / "b"),
+                 "--build", "--json"]) == 0
+    library = json.loads(capsys.readouterr().out)["library"]
+    assert library.endswith("libsilu_and_mul_bf16.so") and str(torch_op.build(tmp_path / "b")) == library

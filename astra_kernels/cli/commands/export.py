@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     export.add_argument("--sms", type=positive_int, default=DEFAULT_SMS,
                         help=f"multiprocessors of the target GPU (default {DEFAULT_SMS}: H100, H200)")
     export.add_argument("--arch", default=DEFAULT_ARCH, help=f"the target architecture (default {DEFAULT_ARCH})")
+    export.add_argument("--build", action="store_true",
+                        help="also build the PyTorch op's library now (nvcc and a CUDA build of PyTorch; cached by "
+                             "content hash), instead of on the first runtime.torch_op.load")
     export.add_argument("--json", action="store_true")
     export.set_defaults(run=run)
 
@@ -49,9 +52,11 @@ def run(args) -> int:
     with outputs.held(out, "export"):  # one run at a time per folder (jobs/outputs.py)
         result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
                                command=shlex.join(["astra", "export", *args.argv]))
+    library = _build(result.out) if args.build else None
     if args.json:
         print(json.dumps({"out": str(result.out), "files": [str(f) for f in result.files],
-                          "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable}, indent=2))
+                          "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable,
+                          **({"library": str(library)} if library else {})}, indent=2))
         return 0
     console.print(f"{source.table.kernel} ({source.table.dtype}, {len(source.table.entries)} tuned shapes, "
                   f"tuned with {source.table.l2} L2) from "
@@ -60,4 +65,21 @@ def run(args) -> int:
         console.print(f"  {path}", highlight=False)
     for label, reason in result.unrunnable.items():
         console.print(f"[yellow]no configuration runs at {label}:[/yellow] {escape(reason)}", highlight=False)
+    if library:
+        console.print(f"  the PyTorch op's library: {library}", highlight=False)
     return 0
+
+
+def _build(out: Path) -> Path:
+    """The op's library for the folder just written (runtime/torch_op.build: nvcc against PyTorch's
+    headers, cached). The export is already complete when this runs: a machine without nvcc gets its
+    one-line error and keeps the folder, whose Python callable works without the op."""
+    from astra_kernels.runtime import torch_op
+    from astra_kernels.runtime.export_format import ExportError
+
+    try:
+        import torch  # noqa: F401  (the op is built against its headers)
+    except ImportError:
+        raise ExportError(f"--build needs PyTorch (with CUDA) to build the op against; {out} is written, and its "
+                          "Python callable runs without it") from None
+    return torch_op.build(out)
