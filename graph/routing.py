@@ -17,8 +17,12 @@ from .context import RunContext
 from .state import FAILED, AgentState, next_candidate_id
 
 
-def after_load(state: AgentState) -> Literal["planner", "reporter"]:
-    return "reporter" if state.get("stop_reason") else "planner"
+def after_load(state: AgentState) -> Literal["planner", "profiler", "reporter"]:
+    """The search floor, where one was measured, to the profiler first (it judges it against the
+    baseline and hands over to the planner)."""
+    if state.get("stop_reason"):
+        return "reporter"
+    return "profiler" if state.get("candidate") else "planner"
 
 
 def _to_generator(state: AgentState, slots: list[int]) -> list[Send]:

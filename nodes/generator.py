@@ -22,23 +22,48 @@ from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.tools.errors import AstraError
 
 from astra_kernels.nodes.shared import answers
-from astra_kernels.nodes.shared.attempts import first_line, history_text, holder, repair_messages
+from astra_kernels.nodes.shared.attempts import first_line, front_holders, held_shapes, history_text, repair_messages
 from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
 
 
-def first_request(state: AgentState, decision: Decision) -> list:
-    """The system and user messages of a first draft."""
-    best = holder(state)
-    configs = ("" if not best.configs else
+def first_request(state: AgentState, decision: Decision, slot: int = 0, slots: int = 1) -> list:
+    """The system and user messages of a first draft for `slot` of the round's `slots`. A population,
+    not N copies of one prompt: slot i starts from the i-th kernel of the front (by shapes held,
+    so a kernel winning a minority of shapes is refined too) and is given its own direction, the
+    planner's i-th optimization, with the others named as its siblings' (they are tried beside it)."""
+    parents = front_holders(state)
+    parent = parents[slot % len(parents)]
+    configs = ("" if not parent.configs else
                "It runs with these parameter values per shape (write the values in as constants, or pick "
                "the launch from the shape symbols):\n"
-               + "\n".join(f"- {label}: {config}" for label, config in best.configs.items()) + "\n")
-    user = prompt("generator", source=best.source, configs=configs, facts=model_facts(state),
-                  tried=history_text(state), optimizations="\n".join(f"- {o}" for o in decision.optimizations) or "-")
+               + "\n".join(f"- {label}: {config}" for label, config in parent.configs.items()) + "\n")
+    held = held_shapes(state, parent.id)
+    start = (f"candidate {parent.id} ({parent.origin}), the fastest measured at "
+             f"{', '.join(held) if held else 'no shape yet'}")
+    user = prompt("generator", source=parent.source, configs=configs, facts=model_facts(state), start=start,
+                  tried=history_text(state), optimizations=_direction(decision.optimizations, slot, slots))
     return [SystemMessage(prompt("generator_system")), HumanMessage(user)]
+
+
+def _direction(optimizations: list[str], slot: int, slots: int) -> str:
+    """What this slot is asked to apply: with one slot, every optimization; with several, its own
+    (the planner's in turn), its siblings' named so that the round's drafts differ."""
+    if not optimizations:
+        return "-"
+    if slots <= 1:
+        return "\n".join(f"- {o}" for o in optimizations)
+    own = optimizations[slot % len(optimizations)]
+    others = [optimizations[s % len(optimizations)] for s in range(slots) if s != slot]
+    others = [o for o in dict.fromkeys(others) if o != own]
+    text = f"- {own} (this draft's direction: {slots} drafts are written at once, each with its own)"
+    if others:
+        text += "\n\nThe other drafts of this round try: " + "; ".join(others) + ". Do not write theirs."
+    elif len(optimizations) < slots:
+        text += "\n\nAnother draft of this round takes the same direction from another kernel or angle: vary the method."
+    return text
 
 
 def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
@@ -50,7 +75,7 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     if previous is not None:  # a repair, in the conversation that made the failed draft
         messages, attempts = repair_messages(previous), previous.attempts + 1
     else:
-        messages, attempts = first_request(state, decision), 1
+        messages, attempts = first_request(state, decision, slot, max(1, context.candidates)), 1
     candidate = Candidate(id=state["next_id"] + slot, origin="rewrite", source="",
                           idea=decision.optimizations, slot=slot, attempts=attempts)
     try:

@@ -53,6 +53,15 @@ def shipped_table(kernel: str, device_name: str, l2: str = "cold") -> DispatchTa
     return DispatchTable.model_validate_json(path.read_text()) if path.is_file() else None
 
 
+def shipped_table_for(kernel: str, device_name: str, dtype: str, variant: str, l2: str) -> DispatchTable | None:
+    """The shipped table of this kernel for this GPU kind in `dtype` and `variant`: the one tuned in
+    regime `l2`, else the one tuned in the other (its configurations run correctly in either regime;
+    a caller that measures them measures them in its own). `astra tune --start shipped` and the
+    agent's search floor start from it."""
+    candidates = (shipped_table(kernel, device_name, regime) for regime in tuned_tables.preferred_regimes(l2))
+    return next((t for t in candidates if t is not None and (t.dtype, t.variant) == (dtype, variant)), None)
+
+
 def bench_tables(names: list[str], device_name: str, l2: str, tuned: Path | None = None) -> dict[str, DispatchTable | None]:
     """Each kernel's table for a benchmark in regime `l2`: from `tuned` where it has one (`tuned` is
     `astra tune`'s --out folder, as `astra verify` and `astra export` take it, or a folder of them,

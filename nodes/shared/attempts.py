@@ -89,14 +89,25 @@ def history_text(state: AgentState, limit: int = 12) -> str:
             or "nothing yet")
 
 
-def holder(state: AgentState) -> Candidate:
-    """The candidate that holds the most shapes of the front (the latest on a tie): the kernel
-    a rewrite starts from."""
+def front_holders(state: AgentState) -> list[Candidate]:
+    """Every kernel that holds a shape of the front, the one holding most first (the latest on a
+    tie): the round's parents, so a kernel winning a minority of shapes is refined too."""
     front = {label: FrontEntry.model_validate(e) for label, e in (state.get("front") or {}).items()}
     counts: dict[int, int] = {}
     for entry in front.values():
         counts[entry.candidate] = counts.get(entry.candidate, 0) + 1
     known = {c["id"]: c for c in state.get("history", [])}
     known[state["baseline"]["id"]] = state["baseline"]
-    best = max(counts, key=lambda i: (counts[i], i), default=0)
-    return Candidate.model_validate(known.get(best) or state["best"])
+    order = sorted(counts, key=lambda i: (counts[i], i), reverse=True)
+    return [Candidate.model_validate(known[i]) for i in order if i in known] or [Candidate.model_validate(state["best"])]
+
+
+def holder(state: AgentState) -> Candidate:
+    """The candidate that holds the most shapes of the front (the latest on a tie): the kernel
+    a single rewrite starts from."""
+    return front_holders(state)[0]
+
+
+def held_shapes(state: AgentState, candidate_id: int) -> list[str]:
+    """The front's shapes `candidate_id` holds."""
+    return [label for label, e in (state.get("front") or {}).items() if e["candidate"] == candidate_id]

@@ -315,3 +315,43 @@ def test_the_l2_regime_reaches_every_evaluation_and_the_table(tmp_path):
     run(tmp_path, model, gpu=Recording(), l2="warm", out=str(tmp_path / "out"))
     assert seen and set(seen) == {"warm"}
     assert DispatchTable.model_validate_json((tmp_path / "out" / "dispatch.json").read_text()).l2 == "warm"
+
+
+def test_identical_drafts_of_one_round_are_measured_once_and_the_twin_is_repaired(tmp_path):
+    """Two slots answer the same kernel: the second is a duplicate before any GPU time (the fake GPU
+    sees one draft's evaluations), and its repair, a different kernel, is measured."""
+    gpu = FakeGPU()
+    model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("us=1.5"), code_answer("us=1.5"),
+                                       code_answer("us=1.2"), decision("stop")])
+    result = run(tmp_path, model, candidates=2, retries=1, gpu=gpu)
+    by_verdict = sorted(verdicts(result))
+    assert by_verdict == ["accepted", "accepted", "duplicate"], by_verdict
+    twin = next(c for c in result["history"] if c["verdict"] == "duplicate")
+    assert "of this round again, not measured twice" in twin["message"]
+    assert "of this round again" in model.seen[4][-1].content  # the repair is asked why
+
+
+def test_each_slot_starts_from_its_own_parent_with_its_own_direction(tmp_path):
+    """Round 1: two drafts each win one shape (a minority each). Round 2: slot 0 starts from the one
+    holding most shapes (the latest on a tie), slot 1 from the other; each slot is given its own
+    optimization, the sibling's named as not theirs."""
+    plan = ('{"action": "rewrite", "rationale": "r", "optimizations": ["more CTAs per row", "wider vectors"]}')
+    model = ScriptedChatModel(answers=[
+        "ready", plan, code_answer("per-shape=16x4096:1.0"), code_answer("per-shape=64x8192:1.0"),
+        plan, code_answer("us=2.5"), code_answer("us=2.6"), decision("stop")])
+    result = run(tmp_path, model, candidates=2, retries=0, rounds=3)
+    firsts = [m[-1].content for m in model.seen if "Rewrite this CUDA kernel" in m[-1].content]
+    assert len(firsts) == 4
+
+    def slot_of(text: str) -> int:  # the branches ask in either order: a prompt's slot by its direction
+        return 0 if "- more CTAs per row (this draft's direction" in text else 1
+
+    round1, round2 = sorted(firsts[:2], key=slot_of), sorted(firsts[2:], key=slot_of)
+    for text, own, other in ((round1[0], "more CTAs per row", "wider vectors"),
+                             (round1[1], "wider vectors", "more CTAs per row")):
+        assert f"- {own} (this draft's direction" in text and f"The other drafts of this round try: {other}" in text
+    a, b = (next(c for c in result["history"] if marker in c["source"]) for marker in ("16x4096:1.0", "64x8192:1.0"))
+    assert a["verdict"] == b["verdict"] == "accepted"
+    latest, other = max(a, b, key=lambda c: c["id"]), min(a, b, key=lambda c: c["id"])
+    assert latest["source"] in round2[0] and f"candidate {latest['id']} (rewrite), the fastest measured at" in round2[0]
+    assert other["source"] in round2[1] and f"candidate {other['id']} (rewrite), the fastest measured at" in round2[1]

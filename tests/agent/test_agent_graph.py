@@ -205,3 +205,28 @@ def test_the_tune_step_streams_its_compiles_as_progress_not_lines(tmp_path):
         assert mine and mine[-1]["done"] == mine[-1]["total"] and len(mine) <= 21, mine
         assert all(p["node"] == "tuner" for p in progress)
     assert not any("compiling the space" in e for e in final["report"]["events"])
+
+
+class _FakeH200(FakeGPU):
+    device = {**FakeGPU.device, "name": "NVIDIA H200"}
+
+
+def test_the_search_floor_measures_the_shipped_table_first_and_the_front_starts_from_it(tmp_path):
+    """On a GPU with a shipped table, the run first checks and times that table's picks (the search
+    alone, offline) as candidate 1; the profiler judges it against the baseline before any plan, so
+    the front starts from search alone. `search_floor=False` starts from the baseline only."""
+    from astra_kernels.jobs.benchmark import shipped_table_for
+    from astra_kernels.kernels_sglang import suite
+
+    result = run(context(tmp_path, gpu=_FakeH200(), rounds=1))
+    floor = Candidate.model_validate(result["history"][0])
+    table = shipped_table_for("silu_and_mul", "NVIDIA H200", "bf16", "default", "cold")
+    spec = suite.load("silu_and_mul").spec
+    assert floor.id == 1 and floor.origin == "tune" and "table shipped for NVIDIA H200" in floor.rationale
+    assert floor.configs == {spec.label(s): table.pick(s, 132, "sm_90").config for s in SHAPES}
+    assert floor.verdict == "accepted"  # the fake times every template configuration under the baseline's 3 us
+    events = [e.split(":")[0] for e in result["report"]["events"]]
+    assert events[:4] == ["load", "load", "profiler", "planner"], events
+    assert all(result["front"][label]["candidate"] >= 1 for label in ("16x4096", "64x8192"))
+    off = run(context(tmp_path / "off", gpu=_FakeH200(), rounds=1, search_floor=False))
+    assert all(c["id"] != 1 or c["origin"] != "tune" or "shipped" not in c["rationale"] for c in off["history"])

@@ -34,7 +34,9 @@ def test_the_rewrite_is_a_kernel_without_parameters():
 def test_the_graph_finds_verifies_and_reports_a_better_kernel(tmp_path):
     answer = f"Split each row over 8 CTAs so that 16 tokens fill the GPU.\n```cuda\n{fixed_kernel(KNOWN_BETTER)}```"
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), answer, decision("stop")])
-    context = RunContext(chat_model=model, results=str(tmp_path / "results.sqlite"), out=str(tmp_path / "out"))
+    # search_floor off: this holds a rewrite against the baseline (the shipped table would hold the shapes first)
+    context = RunContext(chat_model=model, results=str(tmp_path / "results.sqlite"), out=str(tmp_path / "out"),
+                         search_floor=False)
     app = build_graph().compile()
     result = app.invoke({"kernel": "silu_and_mul"}, context=context,
                         config={"recursion_limit": recursion_limit(context)})
@@ -71,7 +73,7 @@ def test_best_of_three_keeps_each_candidate_only_where_it_wins(tmp_path):
                f"Broken.\n```cuda\n{broken}```"]
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), *answers, decision("stop")])
     context = RunContext(chat_model=model, results=str(tmp_path / "results.sqlite"), out=str(tmp_path / "out"),
-                         candidates=3, retries=0)
+                         candidates=3, retries=0, search_floor=False)  # each draft against the baseline
     app = build_graph().compile()
     result = app.invoke({"kernel": "silu_and_mul", "shapes": PER_SHAPE}, context=context,
                         config={"recursion_limit": recursion_limit(context)})

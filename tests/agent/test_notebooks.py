@@ -52,7 +52,8 @@ def test_embedding_streams_the_agents_events_through_a_parent_graph(monkeypatch)
     text = _run("embedding.ipynb", monkeypatch)
     events = [line for line in text.splitlines() if line.startswith("[astra:")]
     assert any("load: rmsnorm bf16 baseline" in e for e in events)
-    assert any("tuner: candidate 1" in e for e in events) and any("reporter: done" in e for e in events)
+    assert any("load: search floor: candidate 1, the table shipped for NVIDIA H100" in e for e in events)
+    assert any("tuner: candidate 2" in e for e in events) and any("reporter: done" in e for e in events)
     summary = text.strip().splitlines()[-1]
     assert summary.startswith("rmsnorm: ") and "over the baseline (128x4096" in summary
     assert float(summary.split(": ")[1].split("x")[0]) > 1.0
@@ -90,20 +91,22 @@ def test_agent_notebook_runs_the_chat_model_loop_on_a_scripted_endpoint(monkeypa
     events = [line.strip() for line in text.splitlines() if " | " in line]
     plans = [e.split(" | ", 1)[1].split(": ")[:2] for e in events if e.startswith("planner |")]
     assert plans == [["round 1", "templatize"], ["round 2", "rewrite"], ["round 3", "stop"]]
-    assert any(e.startswith("templater | candidate 1: a template of 9 parameters") for e in events)
-    # the run stopped after the first verdict and a new graph resumed it from the SQLite checkpoint
-    assert "1 planner round(s) done, best so far candidate 2, next ('planner',)" in text
+    assert any(e.startswith("profiler | candidate 1 accepted at 2 of 2 shapes") for e in events)  # the search floor
+    assert any(e.startswith("templater | candidate 2: a template of 9 parameters") for e in events)
+    # the run stopped after the first verdict (the floor's) and a new graph resumed it from the SQLite checkpoint
+    assert "0 planner round(s) done, best so far candidate 1, next ('planner',)" in text
     # the rewrite was never measured on the recording's GPU: unmeasured at every shape (not estimated, and not
     # sent back to be fixed as if it were wrong)
     tester = [e for e in events if e.startswith("tester |")]
-    assert len(tester) == 1 and "candidate 3 is unmeasured" in tester[0] and "128x4096, 16384x8192" in tester[0]
+    assert len(tester) == 1 and "candidate 4 is unmeasured" in tester[0] and "128x4096, 16384x8192" in tester[0]
     assert not any(e.startswith("generator |") and "attempt 2" in e for e in events)
     # the report holds the recording's own figures: its baseline, and its fastest configuration at each shape
     recorded = _recorded_figures(tmp_path)
     for label in ("128x4096", "16384x8192"):
         baseline, best = recorded[label]
         assert f"| {label} | {baseline:.2f} | {best:.2f} | {baseline / best:.3f} |" in text
-    assert "- candidate 2 (tune): accepted" in text and "- candidate 3 (rewrite): unmeasured" in text
+    assert "- candidate 1 (tune): accepted" in text and "- candidate 3 (tune): slower" in text  # the floor, the re-search
+    assert "- candidate 4 (rewrite): unmeasured" in text
 
 
 @pytest.mark.gpu

@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
                                "(inputs resident, as in decode)")
     optimize.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,
                           help=f"search time per tune action (default {defaults.tune_seconds:g})")
+    optimize.add_argument("--no-search-floor", dest="search_floor", action="store_false",
+                          help="start from the baseline alone, without first measuring the table shipped for this GPU "
+                               "(the search floor every candidate otherwise competes with)")
     optimize.add_argument("--shapes")
     optimize.add_argument("--set")
     optimize.add_argument("--dtype")
@@ -101,7 +104,7 @@ def _optimize(args) -> int:
         candidates=args.candidates,
         timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
         wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2, tune_seconds=args.tune_seconds, gpu=args.gpu,
-        approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
+        search_floor=args.search_floor, approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
     for role in ("planner", "coder"):
         make_chat_model(context, role)  # a typo in a model is named before anything is written
     checkpoints = Path(args.checkpoints or out / "checkpoints.sqlite")

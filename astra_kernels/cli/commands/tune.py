@@ -240,11 +240,9 @@ def _shipped_start(args, spec, dtype: str, device: str):
     dtype and variant, saying which: the one tuned in the --l2 regime, else the other one; None otherwise."""
     if args.start != "shipped":
         return None
-    from astra_kernels.jobs.benchmark import shipped_table
-    from astra_kernels.kernels_sglang.tuned_tables import preferred_regimes
+    from astra_kernels.jobs.benchmark import shipped_table_for
 
-    candidates = (shipped_table(spec.name, device, regime) for regime in preferred_regimes(args.l2))
-    table = next((t for t in candidates if t is not None and (t.dtype, t.variant) == (dtype, args.variant)), None)
+    table = shipped_table_for(spec.name, device, dtype, args.variant, args.l2)
     messages(args).print(
         f"starting from the {spec.name} table shipped for {device} (tuned with {table.l2} L2)" if table else
         f"no {spec.name} table in {dtype} ({args.variant}) is shipped for {device}: the search starts from nothing",
