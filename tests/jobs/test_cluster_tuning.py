@@ -172,13 +172,15 @@ def test_each_gpu_kind_of_a_mixed_cluster_tunes_its_own_table(cluster, tmp_path,
 
 def test_astra_optimize_ray_runs_the_agent_on_the_cluster(cluster, tmp_path, capsys):
     """The agent with the cluster's workers as its evaluator (no model: the rule-based planner tunes,
-    its tune step's shapes at once): it measures the baseline there and reports."""
+    its tune step's shapes at once): it measures the baseline and the search floor (the H200 table,
+    the recording's GPU) there and reports."""
     code = cli.main(["optimize", "silu_and_mul", "--ray", "--replay", "recorded", "--shapes", "16x4096,32x8192",
                      "--tune-seconds", "4", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
     report = json.loads((tmp_path / "report.json").read_text())
     assert code == 0 and all(row["baseline_us"] for row in report["shapes"]), printed[-2000:]
-    assert "tuner candidate 1" in printed and "| worker |" in printed
+    assert "search floor: candidate 1, the table shipped for NVIDIA H200" in printed
+    assert "tuner candidate 2" in printed and "| worker |" in printed
 
 
 def test_astra_tune_ray_json_is_the_json_alone(cluster, tmp_path, capsys):
