@@ -292,8 +292,8 @@ def main() -> int:
                                                                   replays)
                 norm, act, rope = ops[name]
                 gate_up = torch.randn(t, 2 * INTERMEDIATE, device="cuda").to(torch.bfloat16)
-                q = torch.randn(t, HEADS * HEAD_DIM, device="cuda").to(torch.bfloat16)
-                k = torch.randn(t, KV_HEADS * HEAD_DIM, device="cuda").to(torch.bfloat16)
+                qkv = torch.randn(t, (HEADS + 2 * KV_HEADS) * HEAD_DIM, device="cuda").to(torch.bfloat16)
+                q, k, _ = qkv.split([HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM], dim=-1)  # as the layer
                 samplers[f"ops_{name}"] = graph_sampler(
                     torch, lambda h=held, g=gate_up, n=norm, a=act, r=rope, q=q, k=k: (
                         n(*h[:2], weights.norm_in), r(h[2], q, k, weights.cos_sin), n(*h[:2], weights.norm_post),

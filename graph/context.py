@@ -53,8 +53,8 @@ class RunContext:
     tune_seconds: float = TUNE_SECONDS  # search time of one tune action, shared by the shapes
     tune_sample: int | None = None  # search a seeded sample of this many configurations (None: all)
     # The search floor: the run first measures, at every shape, the table shipped for its GPU (the
-    # search's result, tuned offline), so no shape ends worse than search alone; off, it starts from
-    # the baseline only.
+    # search's result, tuned offline), so no shape it measures correct ends worse than search alone;
+    # off, it starts from the baseline only.
     search_floor: bool = True
     gpu: int = 0
     approve: bool = False  # pause before accepting a faster candidate, for a person's yes or no

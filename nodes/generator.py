@@ -56,12 +56,12 @@ def _direction(optimizations: list[str], slot: int, slots: int) -> str:
     if slots <= 1:
         return "\n".join(f"- {o}" for o in optimizations)
     own = optimizations[slot % len(optimizations)]
-    others = [optimizations[s % len(optimizations)] for s in range(slots) if s != slot]
-    others = [o for o in dict.fromkeys(others) if o != own]
+    siblings = [optimizations[s % len(optimizations)] for s in range(slots) if s != slot]
+    others = [o for o in dict.fromkeys(siblings) if o != own]
     text = f"- {own} (this draft's direction: {slots} drafts are written at once, each with its own)"
     if others:
         text += "\n\nThe other drafts of this round try: " + "; ".join(others) + ". Do not write theirs."
-    elif len(optimizations) < slots:
+    if own in siblings:
         text += "\n\nAnother draft of this round takes the same direction from another kernel or angle: vary the method."
     return text
 

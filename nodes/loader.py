@@ -6,8 +6,9 @@ The baseline is tested and timed at every shape; it starts as the front (the fas
 every shape). The search floor is the table shipped for this GPU (the template searched offline):
 its pick at each shape, checked and timed here as a candidate that the profiler judges against the
 baseline before the first plan, so every model candidate competes with search alone and the run's
-front is never worse than it at any shape (issue 43). A recording without those picks leaves the
-floor unmeasured, said in the events. The GPU's facts for the prompts come from measurements, not
+front is never worse than it at any shape it measured correct (issue 43); a shape a recording lacks
+keeps the baseline there, and a floor incorrect somewhere (a shipped table that no longer checks) is
+kept out whole, said in the events. The GPU's facts for the prompts come from measurements, not
 assumptions: its copy bandwidth (the bytes floor's denominator) from the baseline's evaluations,
 and the launch floor from an empty kernel replayed the same way, where this evaluator can run one.
 """
@@ -67,6 +68,9 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     if floor is not None:
         floor = evaluate(context, spec.name, dtype, shapes, floor)
         update["gpu_seconds"] += floor.gpu_seconds
+        if floor.verdict == "unmeasured" and any(m.status == "ok" for m in floor.measurements):
+            # a recording (or a lost worker) lacks some shapes: the floor holds those it measured
+            floor = floor.model_copy(update={"verdict": "passed"})
         events.append(say("load", f"search floor: candidate {floor.id}, {floor.rationale}: {floor.verdict}"
                                   + (f" ({floor.message[:200]})" if floor.message else "")))
         if floor.verdict == "passed":  # to the profiler, which judges it shape by shape

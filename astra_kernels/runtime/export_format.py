@@ -17,8 +17,20 @@ from astra_kernels.tools.templating.template import Instance, Template
 MANIFEST = "export.json"
 OP_NAMESPACE = "astra"  # the exported kernels' torch.library namespace: torch.ops.astra.<op_name>
 # 1: no "format" field (before 2026-11-24); 2: the field itself; 3: the table may hold named
-# sources (the agent's rewrites and model templates), and the plan's `source` indexes them.
-FORMAT_VERSION = 3
+# sources (the agent's rewrites and model templates), and the plan's `source` indexes them; 4: the
+# kernels take the row-stride scalars of their spec (ArgSpec.row_stride: rotary_embedding's q_stride
+# and k_stride), so a reader passes a view's stride only to a folder of format 4 or later.
+FORMAT_VERSION = 4
+ROW_STRIDES_SINCE = 4
+
+
+def rows_apart_allowed(spec, table) -> bool:
+    """Whether the exported op and callable take a row-stride tensor with its rows apart: only where
+    every kernel the table can launch is the folder's own template or baseline, whose stride handling
+    the GPU tests hold to contiguous results. An agent's rewrite keeps the signature but nothing
+    checks that it honours the stride (the suite's checks pass contiguous rows), so a table carrying
+    one takes such tensors contiguous."""
+    return bool(row_strides(spec)) and not table.sources
 
 
 class ExportError(AstraError):

@@ -36,8 +36,8 @@ from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.kernels_sglang import suite
 from .dispatch import DispatchTable
 from .export_format import (
-    FORMAT_VERSION, MANIFEST, Binary, ExportError, Group, binary_key, caller_scalars, row_strides, shape_args,
-    tensor_symbols,
+    FORMAT_VERSION, MANIFEST, ROW_STRIDES_SINCE, Binary, ExportError, Group, binary_key, caller_scalars,
+    row_strides, rows_apart_allowed, shape_args, tensor_symbols,
 )
 
 ALIGNMENT = 16  # bytes: the kernels load 16-byte vectors from each tensor's start
@@ -92,6 +92,10 @@ class ExportedKernel:
         # caller passes, where each symbol comes from, each tensor's sizes as expressions.
         self.given = [a.name for a in caller_scalars(self.spec)]
         self._row_strides = row_strides(self.spec)  # scalar -> the tensor whose row stride it carries
+        if self._row_strides and version < ROW_STRIDES_SINCE:
+            raise ExportError(f"{self.folder} is export format {version}, written before {self.name}'s kernels took "
+                              f"{' and '.join(self._row_strides)}: export the table again")
+        self._rows_apart = rows_apart_allowed(self.spec, self.table)
         self._from_tensors = tensor_symbols(self.spec)
         self._dims = [[Expression(d) for d in a.shape] for a in self.tensors]
         self._elem_bytes = numpy_dtype(self.dtype).itemsize
@@ -267,7 +271,7 @@ class ExportedKernel:
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} has shape {tuple(v.shape)}; with "
                                           f"{', '.join(f'{s} = {n}' for s, n in shape.items())} it must be {want} "
                                           f"[{', '.join(arg.shape)}]")
-            if arg.row_stride:
+            if arg.row_stride and (self._rows_apart or v.is_contiguous()):
                 strides[arg.name] = self._row_stride(v, arg)
             elif not v.is_contiguous():
                 raise LaunchArgumentError(f"{self.name} argument {arg.name} is not contiguous (strides {v.strides}); "
@@ -303,7 +307,7 @@ class ExportedKernel:
         stride = v.strides[0] if v.shape[0] > 1 else row  # one row: its stride is never used
         if stride < row:
             raise LaunchArgumentError(f"{self.name} argument {arg.name} has strides {v.strides}; its rows overlap")
-        if stride * self._elem_bytes % ALIGNMENT:
+        if stride != row and stride * self._elem_bytes % ALIGNMENT:  # contiguous: as any tensor
             raise LaunchArgumentError(f"{self.name} argument {arg.name} has rows {stride} elements apart, not a multiple "
                                       f"of {ALIGNMENT} bytes; the kernel loads {ALIGNMENT}-byte vectors from each row")
         return stride

@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
-from support.agent_fakes import FakeGPU, ScriptedChatModel, code_answer, decision
+from support.agent_fakes import BASELINE, FakeGPU, ScriptedChatModel, code_answer, decision
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.graph.state import Candidate
 from astra_kernels.kernels_sglang.suite import UnknownKernelError
@@ -230,3 +230,20 @@ def test_the_search_floor_measures_the_shipped_table_first_and_the_front_starts_
     assert all(result["front"][label]["candidate"] >= 1 for label in ("16x4096", "64x8192"))
     off = run(context(tmp_path / "off", gpu=_FakeH200(), rounds=1, search_floor=False))
     assert all(c["id"] != 1 or c["origin"] != "tune" or "shipped" not in c["rationale"] for c in off["history"])
+
+
+class _H200LackingAShape(_FakeH200):
+    """A recording without the floor's configuration at 64x8192."""
+
+    def evaluate(self, request):
+        result = super().evaluate(request)
+        if "64x8192" in request.label and request.source != BASELINE and "VEC" in request.options.defines:
+            return result.model_copy(update={"status": "unrecorded", "timing": None, "checks": []})
+        return result
+
+
+def test_a_floor_unmeasured_at_some_shapes_holds_the_shapes_it_measured(tmp_path):
+    result = run(context(tmp_path, gpu=_H200LackingAShape(), rounds=1, search_floor=True))
+    floor = Candidate.model_validate(result["history"][0])
+    assert floor.id == 1 and floor.verdict == "accepted", floor
+    assert result["front"]["16x4096"]["candidate"] == 1 and result["front"]["64x8192"]["candidate"] == 0

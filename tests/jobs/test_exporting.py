@@ -491,6 +491,34 @@ def test_the_rotary_callable_takes_q_and_k_as_views_into_a_qkv_output(tmp_path):
             rope._shape_and_scalars(views, heads)
     with pytest.raises(LaunchArgumentError, match="has no scalar q_stride"):
         rope._shape_and_scalars([positions, q, k, cache], {**heads, "q_stride": 6144})
+    # contiguous rows of a width that is no multiple of 16 bytes: taken as any contiguous tensor is
+    narrow = {"num_q_heads": 3, "num_k_heads": 1, "head_dim": 20}
+    small_cache = _view((64, 20), "fp32")
+    got = rope._shape_and_scalars([_view((2,), "int64"), _view((2, 60)), _view((2, 20)), small_cache], narrow)[1]
+    assert (got["q_stride"], got["k_stride"]) == (60, 20)
+
+
+def test_row_strides_need_a_folder_of_format_4_and_a_table_of_the_folders_own_kernels(tmp_path):
+    """A rotary folder written before its kernels took q_stride and k_stride (format 3) is refused by
+    name (its kernels would index q and k as contiguous); a table carrying an agent's rewrite takes
+    q and k contiguous only (nothing checks that a rewrite honours the stride), in the op's C++ too."""
+    from astra_kernels.jobs.exporting import torch_op as torch_op_source
+
+    export.export(export.resolve_source(None, "h200", "rotary_embedding"), tmp_path / "r")
+    manifest = _manifest(tmp_path / "r")
+    manifest["format"] = 3
+    (tmp_path / "r" / "export.json").write_text(json.dumps(manifest))
+    with pytest.raises(export_format.ExportError, match="export format 3, written before rotary_embedding's kernels "
+                                                         "took q_stride and k_stride: export the table again"):
+        load_callable(tmp_path / "r")
+    source = export.resolve_source(None, "h200", "rotary_embedding")
+    folder = suite.load("rotary_embedding")
+    carrying = source.table.model_copy(update={"sources": {"candidate-7": folder.template.source}})
+    assert export_format.rows_apart_allowed(folder.spec, source.table)
+    assert not export_format.rows_apart_allowed(folder.spec, carrying)
+    text = torch_op_source.render(carrying, folder)
+    assert "ASTRA_TENSOR(q, at::kBFloat16, 2);" in text and "ASTRA_ROWS_APART" not in text.split("void rotary")[1]
+    assert "ASTRA_ROW_STRIDE(stride_q_stride, q);" in text  # the contiguous stride, passed as before
 
 
 def test_callable_refuses_cpu_tensors(exported):
@@ -556,7 +584,9 @@ def test_the_rotary_drop_in_takes_sglangs_qkv_views_and_falls_back_where_the_exp
     rope(positions, q.t().contiguous().t(), k, 128, cache, True)  # columns contiguous, rows not
     odd = torch.zeros(4, 1028, dtype=torch.bfloat16)  # rows 2056 bytes apart
     rope(positions, odd[:, :512], odd[:, 512:768], 128, cache, True)
-    assert calls == [("original",)] * 4
+    shifted = torch.zeros(4 * 1024 + 1, dtype=torch.bfloat16)[1:].view(4, 1024)  # 2 bytes past an aligned start
+    rope(positions, shifted[:, :512], shifted[:, 512:768], 128, cache, True)
+    assert calls == [("original",)] * 5
     calls.clear()
     empty = torch.zeros(0, 512, dtype=torch.bfloat16)
     assert rope(torch.arange(0), empty, empty[:, :256], 128, cache, True) is None and calls == []

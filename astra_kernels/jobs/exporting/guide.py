@@ -86,7 +86,8 @@ _ROPE_WRAPPER = '''def apply_rope_with_cos_sin_cache_inplace(positions, query, k
             or not (query[0].is_contiguous() and key[0].is_contiguous() and cos_sin_cache.is_contiguous())):
         return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     q, k = query.view(tokens, -1), key.view(tokens, -1)
-    if tokens > 1 and ((q.stride(0) * q.element_size()) % 16 or (k.stride(0) * k.element_size()) % 16):
+    if (q.data_ptr() % 16 or k.data_ptr() % 16
+            or any(t.stride(0) != t.shape[1] and t.stride(0) * t.element_size() % 16 for t in (q, k) if tokens > 1)):
         return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     _tuned(positions.view(-1), q, k, cos_sin_cache, num_q_heads=q.shape[1] // head_size,
            num_k_heads=k.shape[1] // head_size, head_dim=head_size)'''
@@ -193,7 +194,8 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
         "is read from the scalars in C, and in Python from the tensors' sizes (a size they hold only as a "
         "product, from its scalar). Tensors must be contiguous and 16-byte aligned"
         + (f" ({' and '.join(sorted(set(strides.values())))} may have their rows apart, each row contiguous and the "
-           "stride a multiple of 16 bytes: the kernel takes it)" if strides else "") + ".",
+           f"stride a multiple of 16 bytes, where the table runs only this folder's template and baseline: "
+           f"{' and '.join(strides)} carry the strides, in elements)" if strides else "") + ".",
         "",
         "## Build it",
         "",

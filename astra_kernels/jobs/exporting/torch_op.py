@@ -21,7 +21,8 @@ from astra_kernels.tools.toolchain.dtypes import FLOAT_TYPES
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.export_format import (
-    ExportError, c_signature, caller_scalars, op_name, row_strides, shape_args, shape_params, tensor_symbols,
+    ExportError, c_signature, caller_scalars, op_name, row_strides, rows_apart_allowed, shape_args, shape_params,
+    tensor_symbols,
 )
 from ..generated_files import fill
 
@@ -79,7 +80,7 @@ def render(table: DispatchTable, folder: suite.KernelFolder) -> str:
     launch += [f"static_cast<int>({symbol_var(symbol)})" for symbol in shape_params(spec)]
     for arg in tensors:
         arg_dtype = dtype if arg.dtype == "T" else arg.dtype
-        check = "ASTRA_ROWS_APART" if arg.row_stride else "ASTRA_TENSOR"
+        check = "ASTRA_ROWS_APART" if arg.row_stride and rows_apart_allowed(spec, table) else "ASTRA_TENSOR"
         checks.append(f"    {check}({arg.name}, {TORCH_SCALAR_TYPES[arg_dtype]}, {len(arg.shape)});")
     from_tensors = tensor_symbols(spec)
     for symbol in spec.symbols:  # from the first dimension that is the symbol itself, else its scalar
