@@ -64,7 +64,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                                  fraction_of_copy_bandwidth=m.fraction_of_copy_bandwidth).model_dump()
              for m in baseline.measurements}
     events = [say("load", f"{spec.name} {dtype} baseline: {times}", times=baseline.times())]
-    floor = search_floor(context, folder, dtype, shapes, gpu["device"]) if context.search_floor else None
+    floor = floor_candidate(context, folder, dtype, shapes, gpu["device"]) if context.search_floor else None
     if floor is not None:
         floor = evaluate(context, spec.name, dtype, shapes, floor)
         update["gpu_seconds"] += floor.gpu_seconds
@@ -81,7 +81,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             "events": events}
 
 
-def search_floor(context, folder: suite.KernelFolder, dtype: str, shapes: list[dict[str, int]],
+def floor_candidate(context, folder: suite.KernelFolder, dtype: str, shapes: list[dict[str, int]],
                  device: dict) -> Candidate | None:
     """The shipped table's template picks at the run's shapes as one candidate (id 1), or None where
     no table is shipped for this GPU in this dtype, or it picks the baseline everywhere. The picks

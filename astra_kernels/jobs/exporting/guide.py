@@ -86,8 +86,9 @@ _ROPE_WRAPPER = '''def apply_rope_with_cos_sin_cache_inplace(positions, query, k
             or not (query[0].is_contiguous() and key[0].is_contiguous() and cos_sin_cache.is_contiguous())):
         return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     q, k = query.view(tokens, -1), key.view(tokens, -1)
-    if (q.data_ptr() % 16 or k.data_ptr() % 16
-            or any(t.stride(0) != t.shape[1] and t.stride(0) * t.element_size() % 16 for t in (q, k) if tokens > 1)):
+    rows_misaligned = tokens > 1 and any(t.stride(0) != t.shape[1] and t.stride(0) * t.element_size() % 16
+                                         for t in (q, k))
+    if q.data_ptr() % 16 or k.data_ptr() % 16 or rows_misaligned:
         return _original(positions, query, key, head_size, cos_sin_cache, is_neox, *args, **kwargs)
     _tuned(positions.view(-1), q, k, cos_sin_cache, num_q_heads=q.shape[1] // head_size,
            num_k_heads=k.shape[1] // head_size, head_dim=head_size)'''
