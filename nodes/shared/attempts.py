@@ -79,6 +79,8 @@ def history_text(state: AgentState, limit: int = 12) -> str:
             line += f"; idea: {'; '.join(c.idea)[:300]}"
         if c.rationale and c.origin != "tune":
             line += f"; it said: {first_line(c.rationale, 200)}"
+        elif c.rationale:  # a search: what it was (the shipped table, or this run's search and its size)
+            line += f"; {first_line(c.rationale, 200)}"
         if c.measurements and c.verdict in ("accepted", "slower", "rejected"):
             line += f"; per shape against the best before it: {c.message or per_shape_change(c, {})}"
         elif c.message:

@@ -228,6 +228,8 @@ def test_the_search_floor_measures_the_shipped_table_first_and_the_front_starts_
     events = [e.split(":")[0] for e in result["report"]["events"]]
     assert events[:4] == ["load", "load", "profiler", "planner"], events
     assert all(result["front"][label]["candidate"] >= 1 for label in ("16x4096", "64x8192"))
+    from astra_kernels.nodes.shared.attempts import history_text  # the model is told what candidate 1 is
+    assert "- candidate 1 (tune): accepted; the table shipped for NVIDIA H200" in history_text(result)
     off = run(context(tmp_path / "off", gpu=_FakeH200(), rounds=1, search_floor=False))
     assert all(c["id"] != 1 or c["origin"] != "tune" or "shipped" not in c["rationale"] for c in off["history"])
 
