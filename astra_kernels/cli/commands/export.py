@@ -33,6 +33,11 @@ def add_parser(sub) -> None:
     export.add_argument("--build", action="store_true",
                         help="also build the PyTorch op's library now (nvcc and a CUDA build of PyTorch; cached by "
                              "content hash), instead of on the first runtime.torch_op.load")
+    export.add_argument("--fib", metavar="TRACESET",
+                        help="also write the table as a FlashInfer-Bench Solution (TVM-FFI binding, destination "
+                             "passing), with its definition, workloads and this project's traces, into the trace set "
+                             "TRACESET (a kernel `astra import-fib` wrote; `flashinfer-bench run --local TRACESET` "
+                             "then judges it)")
     export.add_argument("--json", action="store_true")
     export.set_defaults(run=run)
 
@@ -52,11 +57,17 @@ def run(args) -> int:
     with outputs.held(out, "export"):  # one run at a time per folder (jobs/outputs.py)
         result = export.export(source, out, shapes=shapes, sms=args.sms, arch=args.arch,
                                command=shlex.join(["astra", "export", *args.argv]))
+    fib = None
+    if args.fib:
+        from astra_kernels.jobs.fib import solution
+
+        fib = solution.write(source, result.out, Path(args.fib))
     library = _build(result.out) if args.build else None
     if args.json:
         print(json.dumps({"out": str(result.out), "files": [str(f) for f in result.files],
                           "kernels": [b.name for b in result.binaries], "unrunnable": result.unrunnable,
-                          **({"library": str(library)} if library else {})}, indent=2))
+                          **({"library": str(library)} if library else {}), **({"fib": fib} if fib else {})},
+                         indent=2))
         return 0
     console.print(f"{source.table.kernel} ({source.table.dtype}, {len(source.table.entries)} tuned shapes, "
                   f"tuned with {source.table.l2} L2) from "
@@ -65,6 +76,12 @@ def run(args) -> int:
         console.print(f"  {path}", highlight=False)
     for label, reason in result.unrunnable.items():
         console.print(f"[yellow]no configuration runs at {label}:[/yellow] {escape(reason)}", highlight=False)
+    if fib:
+        console.print(f"FlashInfer-Bench solution {fib['solution']} ({fib['traces']} traces of this project's "
+                      f"measurements) in {escape(args.fib)}:", highlight=False)
+        for path in fib["files"]:
+            console.print(f"  {escape(path)}", highlight=False)
+        console.print(f"judge it: flashinfer-bench run --local {escape(args.fib)}", highlight=False)
     if library:
         console.print(f"  the PyTorch op's library: {library}", highlight=False)
     return 0
