@@ -181,8 +181,8 @@ def _tuned_dir(tmp_path: Path, kernel: str, tokens) -> Path:
     entries.append({"shape": {"T": tokens[-1], "H": 2560}, "config": {}, "median_us": 9.0, "source": "baseline"})
     (tuned / "dispatch.json").write_text(json.dumps({"kernel": kernel, "dtype": "bf16", "variant": "default",
                                                      "entries": entries, "l2": "cold"}))
-    (tuned / "report.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
-                                                   "best": {f"{t}x2560": {"baseline_us": 4.0} for t in tokens}}))
+    (tuned / "report.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "arch": "sm_90", "shapes": [
+        {"label": f"{t}x2560", "shape": {"T": t, "H": 2560}, "baseline_us": 4.0} for t in tokens]}))
     return tuned
 
 
@@ -203,6 +203,7 @@ def test_export_fib_writes_a_trace_set_flashinfer_bench_reads(tmp_path, kernels)
     assert list(ts.definitions) == [UNSEEN["name"]] and len(ts.workloads[UNSEEN["name"]]) == 3
     sol = ts.get_solution(written["solution"])
     assert sol.spec.entry_point == "binding.cu::run" and sol.spec.destination_passing_style
+    assert sol.spec.target_hardware == ["NVIDIA H100 80GB HBM3"] and written["solution"].endswith("_h100_80gb_hbm3_cold")
     assert sol.spec.binding.value == "tvm-ffi" and {s.path for s in sol.sources} == {
         f"{UNSEEN['name']}.cu", f"{UNSEEN['name']}.h", "binding.cu"}
     binding = next(s.content for s in sol.sources if s.path == "binding.cu")

@@ -124,17 +124,18 @@ def write(source, export_dir: Path, traceset: Path) -> dict:
     definition = fib_folder.definition(path)
     spec = kernel_folder.spec
     op = definition.op_type
-    name = solution_name(definition.name, source.device, table.l2)
+    device = source.device.split(" (")[0]  # the report's "NVIDIA H200 (sm_90)": the GPU's name
+    name = solution_name(definition.name, device, table.l2)
     cu, header = export_dir / f"{table.kernel}.cu", export_dir / f"{table.kernel}.h"
     binding = render_binding(table.kernel, spec, definition, record)
     solution = {
         "name": name, "definition": definition.name, "author": AUTHOR,
-        "spec": {"language": "cuda", "target_hardware": [source.device], "entry_point": ENTRY,
+        "spec": {"language": "cuda", "target_hardware": [device], "entry_point": ENTRY,
                  "dependencies": [], "destination_passing_style": True, "binding": "tvm-ffi"},
         "sources": [{"path": cu.name, "content": cu.read_text()}, {"path": header.name, "content": header.read_text()},
                     {"path": BINDING, "content": binding}],
         "description": (f"astra-kernels {__version__}: the {record['family']} family's template tuned "
-                        f"on {source.device} ({table.l2} L2, {len(table.entries)} shapes), the dispatch table's "
+                        f"on {device} ({table.l2} L2, {len(table.entries)} shapes), the dispatch table's "
                         "configurations in one file with its pick; built here with FlashInfer-Bench's own nvcc "
                         "flags (the table's --use_fast_math / --maxrregcount settings do not apply)."),
     }
@@ -189,7 +190,7 @@ def _traces(source, definition: Definition, record: dict, solution: str, workloa
             "definition": definition.name, "workload": workload, "solution": solution,
             "evaluation": {
                 "status": "PASSED",
-                "environment": {"hardware": source.device, "libs": {"astra-kernels": __version__}},
+                "environment": {"hardware": source.device.split(" (")[0], "libs": {"astra-kernels": __version__}},
                 "timestamp": stamp,
                 "log": (f"astra-kernels' harness: CUDA-graph replay over rotating inputs, {table.l2} L2, median of "
                         f"its samples; picked {entry.source}; reference_latency_ms is the folder's baseline kernel "
@@ -207,8 +208,8 @@ def _traces(source, definition: Definition, record: dict, solution: str, workloa
 def _baseline_us(tuned: Path) -> dict[str, float]:
     """The baseline's median at each shape, from `astra tune`'s report beside the table (none where absent)."""
     try:
-        best = json.loads((tuned / "report.json").read_text()).get("best", {})
-    except (OSError, ValueError, AttributeError):
+        shapes = json.loads((tuned / "report.json").read_text()).get("shapes", [])
+        return {s["label"]: float(s["baseline_us"]) for s in shapes if isinstance(s, dict) and s.get("baseline_us")}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return {}
-    return {label: v["baseline_us"] for label, v in best.items() if isinstance(v, dict) and v.get("baseline_us")}
 
