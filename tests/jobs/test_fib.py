@@ -233,3 +233,26 @@ def test_export_fib_refuses_a_kernel_not_imported_from_a_definition(tmp_path):
     cuda_file.export(source, tmp_path / "export")
     with pytest.raises(ExportError, match="was not imported from a FlashInfer-Bench definition"):
         solution.write(source, tmp_path / "export", tmp_path / "ts")
+
+
+def test_a_definition_of_two_outputs_parses_runs_and_is_refused_by_the_families(tmp_path):
+    """Several outputs: read, the reference's tuple returned by name, and no family (each takes one
+    output) claims it, each saying so."""
+    from astra_kernels.jobs.fib.running import call, run_function
+
+    data = _broken(outputs={"y": {"shape": ["M", "H"], "dtype": "bfloat16"},
+                            "sum": {"shape": ["M", "H"], "dtype": "bfloat16"}},
+                   reference=("import torch\n\ndef run(x, res, gamma, epsilon):\n    s = x.float() + res.float()\n"
+                              "    y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + epsilon) * gamma.float()\n"
+                              "    return y.to(x.dtype), s.to(x.dtype)\n"))
+    d = parse_definition(data, "two.json")
+    assert [t.name for t in d.outputs] == ["y", "sum"] and d.var_axes == ["M"] and d.axes["H"] == 2560
+    rng = np.random.default_rng(1)
+    values = {"x": rng.standard_normal((2, 2560)), "res": rng.standard_normal((2, 2560)),
+              "gamma": rng.standard_normal(2560), "epsilon": 1e-5}
+    out = call(d, run_function(d), values)
+    assert set(out) == {"y", "sum"} and out["sum"].dtype == np.float64
+    np.testing.assert_allclose(out["sum"], values["x"] + values["res"], rtol=1e-6, atol=1e-6)  # its math: float32
+    wl = workloads_file(tmp_path / "w.jsonl", data["name"], (1,), scalars={"epsilon": 1e-5})
+    with pytest.raises(DefinitionError, match="add_rmsnorm takes 3 tensor input\\(s\\) and 1 output\\(s\\)"):
+        importing.import_definition(write_definition(tmp_path, data), tmp_path / "k", workloads_path=wl)
