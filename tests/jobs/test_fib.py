@@ -71,12 +71,12 @@ def test_an_unseen_definition_with_a_scalar_input_imports_with_its_eps(tmp_path)
     assert result["family"] == "add_rmsnorm" and result["constants"] == {"eps": 1e-5}
     record = json.loads((tmp_path / "k" / UNSEEN["name"] / "fib.json").read_text())
     assert record["tensors"] == {"x": "x", "r": "res", "w": "gamma", "out": "y"}
-    assert record["eps_input"] == "epsilon" and record["scalars"] == {"epsilon": 1e-5}
+    assert record["scalar_inputs"] == {"eps": "epsilon"} and record["scalars"] == {"epsilon": 1e-5}
     assert [a["name"] for a in record["spec"]["args"]] == ["x", "res", "gamma", "y", "eps", "tokens", "hidden"]
     assert record["spec"]["shapes"]["workloads"] == [{"T": t, "H": 2560} for t in (1, 7, 300)]
 
 
-def test_the_proof_tells_eps_apart_and_refuses_a_reference_of_other_math(tmp_path):
+def test_the_proof_tells_eps_apart_and_takes_no_family_for_other_math(tmp_path):
     data = copy.deepcopy(UNSEEN)
     data["inputs"].pop("epsilon")
     data["reference"] = data["reference"].replace("def run(x, res, gamma, epsilon)", "def run(x, res, gamma)") \
@@ -84,8 +84,9 @@ def test_the_proof_tells_eps_apart_and_refuses_a_reference_of_other_math(tmp_pat
     assert importing.import_definition(write_definition(tmp_path, data), tmp_path / "a")["constants"] == {"eps": 1e-5}
     data["reference"] = data["reference"].replace("s.pow(2).mean", "s.abs().mean")  # a mean-abs norm: not an RMS norm
     data["name"] = "not_rms"
-    with pytest.raises(DefinitionError, match="does not compute it"):
-        importing.import_definition(write_definition(tmp_path, data), tmp_path / "b")
+    result = importing.import_definition(write_definition(tmp_path, data), tmp_path / "b")
+    assert result["family"] is None
+    assert "fit the add_rmsnorm family but its reference does not compute it" in result["proof"]["no_family"]
 
 
 def test_a_gelu_definition_is_the_gated_family_with_its_activation(tmp_path):
@@ -143,13 +144,34 @@ def test_workload_files_are_checked_line_by_line(tmp_path):
         read_workloads(two, d)
 
 
-def test_a_definition_no_family_computes_is_refused_saying_why(tmp_path):
-    data = _broken(inputs={"x": {"shape": ["M", "H"], "dtype": "bfloat16"}},
+def test_a_definition_no_family_computes_is_a_folder_to_fill_as_astra_new_writes_one(kernels, capsys):
+    """Its spec, reference and peer from the definition; its kernel marked ASTRA-TODO, which `astra
+    check` lists (exit 1) while it compiles what it can and runs the reference on the CPU."""
+    from astra_kernels import cli
+    from astra_kernels.jobs.new_kernel import unfinished
+
+    data = _broken(name="softmax_h2560", inputs={"x": {"shape": ["M", "H"], "dtype": "bfloat16"}},
                    reference="import torch\ndef run(x):\n    return torch.softmax(x.float(), -1).to(x.dtype)\n")
-    with pytest.raises(DefinitionError, match="no family of this project computes it") as caught:
-        importing.import_definition(write_definition(tmp_path, data), tmp_path / "k")
-    assert "rmsnorm takes 2 tensor input(s)" in str(caught.value)
-    assert not (tmp_path / "k" / data["name"]).exists()
+    wl = workloads_file(kernels.parent / "w.jsonl", data["name"], (1, 5))
+    result = importing.import_definition(write_definition(kernels.parent, data), kernels, workloads_path=wl)
+    assert result["family"] is None
+    assert "rmsnorm takes 2 tensor input(s)" in result["proof"]["no_family"]
+    assert "ASTRA-TODO" in importing.describe(result)
+    folder = suite.load("softmax_h2560")
+    spec = folder.spec
+    assert spec.symbols == ["M", "H"] and spec.shapes["workloads"] == [{"M": 1, "H": 2560}, {"M": 5, "H": 2560}]
+    assert [(a.name, a.role) for a in spec.args] == [("x", "in"), ("y", "out"), ("M_size", "scalar"), ("H_size", "scalar")]
+    assert spec.bytes_moved == "M * H * ELEM_BYTES + M * H * ELEM_BYTES"
+    inputs = folder.reference.make_inputs(np.random.default_rng(0), {"M": 5, "H": 2560}, "bf16", "default")
+    y = folder.reference.reference(inputs, {"M": 5, "H": 2560}, "bf16", "default")["y"]
+    np.testing.assert_allclose(y.sum(-1), 1.0, rtol=1e-6)
+    todo = unfinished(folder.path)
+    assert any(line.startswith("baseline.cu:") for line in todo) and any(line.startswith("template.cu:") for line in todo)
+    assert ("softmax_h2560(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, int M_size, int H_size)"
+            in (folder.path / "baseline.cu").read_text())
+    capsys.readouterr()
+    assert cli.main(["check", "softmax_h2560"]) == 1
+    assert "ASTRA-TODO" in capsys.readouterr().out
 
 
 def test_an_import_never_writes_over_a_folder_it_did_not_write(tmp_path):
@@ -235,9 +257,9 @@ def test_export_fib_refuses_a_kernel_not_imported_from_a_definition(tmp_path):
         solution.write(source, tmp_path / "export", tmp_path / "ts")
 
 
-def test_a_definition_of_two_outputs_parses_runs_and_is_refused_by_the_families(tmp_path):
+def test_a_definition_of_two_outputs_parses_runs_and_becomes_a_folder_to_fill(tmp_path):
     """Several outputs: read, the reference's tuple returned by name, and no family (each takes one
-    output) claims it, each saying so."""
+    output) claims it, each saying so: its folder has both outputs and its scalar input."""
     from astra_kernels.jobs.fib.running import call, run_function
 
     data = _broken(outputs={"y": {"shape": ["M", "H"], "dtype": "bfloat16"},
@@ -254,5 +276,19 @@ def test_a_definition_of_two_outputs_parses_runs_and_is_refused_by_the_families(
     assert set(out) == {"y", "sum"} and out["sum"].dtype == np.float64
     np.testing.assert_allclose(out["sum"], values["x"] + values["res"], rtol=1e-6, atol=1e-6)  # its math: float32
     wl = workloads_file(tmp_path / "w.jsonl", data["name"], (1,), scalars={"epsilon": 1e-5})
-    with pytest.raises(DefinitionError, match="add_rmsnorm takes 3 tensor input\\(s\\) and 1 output\\(s\\)"):
-        importing.import_definition(write_definition(tmp_path, data), tmp_path / "k", workloads_path=wl)
+    result = importing.import_definition(write_definition(tmp_path, data), tmp_path / "k", workloads_path=wl)
+    assert "add_rmsnorm takes 3 tensor input(s) and 1 output(s)" in result["proof"]["no_family"]
+    record = json.loads((tmp_path / "k" / data["name"] / "fib.json").read_text())
+    assert [(a["name"], a["role"]) for a in record["spec"]["args"]] == [
+        ("x", "in"), ("res", "in"), ("gamma", "in"), ("y", "out"), ("sum", "out"), ("epsilon", "scalar"),
+        ("M_size", "scalar"), ("H_size", "scalar")]
+    assert record["scalar_inputs"] == {"epsilon": "epsilon"}
+    from astra_kernels.jobs.fib import folder as fib_folder
+    from astra_kernels.jobs.fib import solution
+
+    path = tmp_path / "k" / data["name"]
+    binding = solution.render_binding(data["name"], fib_folder.spec(path), fib_folder.definition(path),
+                                      fib_folder.record(path))
+    assert ("void run(tvm::ffi::TensorView x, tvm::ffi::TensorView res, tvm::ffi::TensorView gamma, double epsilon, "
+            "tvm::ffi::TensorView y, tvm::ffi::TensorView sum)") in binding
+    assert "(float)epsilon, (int)v_M, (int)v_H, stream);" in binding

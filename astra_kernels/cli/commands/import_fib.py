@@ -20,7 +20,9 @@ def add_parser(sub) -> None:
                     "out of place; a gated activation), proves the match by running the definition's reference on "
                     "the CPU against the family's math, and writes DIR/<definition name>/: the family's baseline and "
                     "template, the definition's reference as the folder's (float64) and as its PyTorch peer, the "
-                    "workloads as the `workloads` shape set. The reference is Python that FlashInfer-Bench runs too: "
+                    "workloads as the `workloads` shape set. A definition no family computes gets the folder `astra new` "
+                    "would write: the spec, reference and peer filled in, the kernel marked ASTRA-TODO. "
+                    "The reference is Python that FlashInfer-Bench runs too: "
                     "import only definitions you would run. Needs PyTorch.")
     command.add_argument("definition", metavar="DEFINITION.json")
     command.add_argument("--workloads", metavar="FILE.jsonl", help="the definition's workloads (FlashInfer-Bench's "

@@ -5,8 +5,11 @@ definition's value; the workloads become the `workloads` shape set (without them
 from 1 to 16384); its reference, run in float64, becomes the folder's reference and, in its own
 dtype, its PyTorch peer (timed eager and under torch.compile by `astra bench --torch`). The
 baseline and template are a family's (families/), chosen by the definition's tensors and proven
-by running its reference against the family's math (families/__init__.py says how). A definition
-no family fits is refused, naming why each family does not fit.
+by running its reference against the family's math (families/__init__.py says how). For a
+definition no family computes, the folder is written as `astra new` writes one: the spec (every
+argument, the shape sets, the bytes moved), the reference and the peer filled in from the
+definition, and a kernel marked ASTRA-TODO for you (or the agent's generator) to write, which
+`astra check` lists until none is left; the import says why each family does not fit.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.schema import SWEEP_TOKENS, KernelSpec
+from astra_kernels.kernels_sglang.schema import KernelSpec
 from astra_kernels.jobs.generated_files import fill
+from astra_kernels.tools.templating.expressions import FUNCTIONS
+from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype
 from . import families as fam
 from .definition import DTYPES, Definition, DefinitionError, Workload, read_definition, read_workloads
 from .folder import DEFINITION, RECORD, RECORD_FORMAT, WORKLOADS
@@ -34,6 +39,13 @@ PROBE_SCALES = (1.0, 1e-3)   # input scales: 1e-3 makes mean(x^2) about 1e-6, wh
 MATCH_TOLERANCE = 2e-2       # max |reference - family| / max |family|: a bf16-rounded output still matches
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 ODD_TOKENS = (1, 3, 7, 33)
+# Names an expression of a template gives a meaning of its own (kernels_sglang/FORMAT.md): no axis of
+# a definition without a family may be called so, since its axes become the spec's symbols.
+_EXPRESSION_NAMES = frozenset({"ELEM_BYTES", "SMS", "SM", *FUNCTIONS})
+
+
+class NoFamily(DefinitionError):
+    """No family of this project computes the definition (each reason in the message)."""
 
 
 @dataclass
@@ -128,10 +140,10 @@ def _prove(fit: Fit, d: Definition, run, scalars: dict) -> tuple[dict, dict]:
     ranked = sorted(errors.items(), key=lambda kv: kv[1])
     best, best_err = ranked[0]
     if best_err > MATCH_TOLERANCE:
-        raise DefinitionError(f"{d.name}: its tensors fit the {fit.family.name} family but its reference does not "
+        raise NoFamily(f"{d.name}: its tensors fit the {fit.family.name} family but its reference does not "
                               f"compute it (closest: {dict(zip(names, best))}, max relative error {best_err:.2g})")
     if len(ranked) > 1 and ranked[1][1] <= MATCH_TOLERANCE and ranked[1][1] < 10 * best_err:
-        raise DefinitionError(f"{d.name}: its reference agrees with the {fit.family.name} family at "
+        raise NoFamily(f"{d.name}: its reference agrees with the {fit.family.name} family at "
                               f"{dict(zip(names, best))} and at {dict(zip(names, ranked[1][0]))} alike, so the "
                               "import cannot tell which kernel computes it")
     return dict(zip(names, best)), {"max_relative_error": best_err,
@@ -153,8 +165,7 @@ def match(d: Definition, scalars: dict) -> tuple[Fit, dict, dict]:
         run = run or run_function(d)
         constants, proof = _prove(fit, d, run, scalars)
         return fit, constants, proof
-    raise DefinitionError(f"{d.name}: no family of this project computes it ({'; '.join(reasons)}); write its kernel "
-                          "folder by hand (astra new --from FILE.cu) or let the agent's generator write one")
+    raise NoFamily(f"{d.name}: no family of this project computes it ({'; '.join(reasons)})")
 
 
 def _spec_fields(d: Definition, fit: Fit, constants: dict, workloads: list[Workload]) -> dict:
@@ -202,6 +213,59 @@ def _spec_fields(d: Definition, fit: Fit, constants: dict, workloads: list[Workl
     return fields
 
 
+def _todo_spec_fields(d: Definition, workloads: list[Workload], scalars: dict) -> dict:
+    """The spec of a definition no family computes: the definition's tensors and scalars in its order,
+    then an int per axis; its axes as the symbols; the bytes every tensor moves once."""
+    tensors = [t for t in [*d.inputs, *d.outputs] if t.shape is not None]
+    main = DTYPES[d.outputs[0].dtype]
+    names = {t.name for t in [*d.inputs, *d.outputs]}
+    for axis in d.axes:
+        if axis in _EXPRESSION_NAMES or axis in names or f"{axis}_size" in names:
+            raise DefinitionError(f"{d.name}: axis {axis} clashes with a name the kernel's spec gives another "
+                                  f"meaning (a tensor, {axis}_size, or one of {', '.join(sorted(_EXPRESSION_NAMES))})")
+    args = []
+    for t in tensors:
+        role = "in" if t in d.inputs else "out"
+        args.append({"name": t.name, "role": role, "dtype": "T" if DTYPES[t.dtype] == main else DTYPES[t.dtype],
+                     "shape": list(t.shape), "doc": f"the definition's {t.name}"})
+    for t in d.inputs:
+        if t.shape is None:
+            # a float scalar (the importer takes float dtypes only) reaches the kernel as a float, as eps does
+            args.append({"name": t.name, "role": "scalar", "dtype": "fp32", "value": repr(float(scalars[t.name]))})
+    args += [{"name": f"{a}_size", "role": "scalar", "dtype": "int32", "value": a} for a in d.axes]
+    if workloads:
+        sets = {"workloads": []}
+        for w in workloads:
+            shape = {a: (w.axes[a] if v is None else v) for a, v in d.axes.items()}
+            if shape not in sets["workloads"]:
+                sets["workloads"].append(shape)
+    elif len(d.var_axes) == 1:
+        sets = {"tokens": [{a: (t if v is None else v) for a, v in d.axes.items()} for t in DEFAULT_TOKENS]}
+    else:
+        raise DefinitionError(f"{d.name}: several var axes ({', '.join(d.var_axes)}): give --workloads for its shapes")
+    width = lambda t: "ELEM_BYTES" if DTYPES[t.dtype] == main else str(numpy_dtype(DTYPES[t.dtype]).itemsize)
+    fields = {
+        "name": d.name, "summary": f"FlashInfer-Bench {d.op_type} definition {d.name} (a kernel of your own)",
+        "symbols": list(d.axes), "args": args, "dtypes": [main], "shapes": sets,
+        "bytes_moved": " + ".join(f"{' * '.join(t.shape) or '1'} * {width(t)}" for t in tensors),
+    }
+    KernelSpec(**fields)
+    return fields
+
+
+def _todo_kernel(d: Definition, fields: dict) -> str:
+    params = []
+    for arg in fields["args"]:
+        ctype = "scalar_t" if arg["dtype"] == "T" else C_TYPES[arg["dtype"]]
+        if arg["role"] == "scalar":
+            params.append(f"{ctype} {arg['name']}")
+        else:
+            params.append(f"{'const ' if arg['role'] == 'in' else ''}{ctype}* __restrict__ {arg['name']}")
+    first_out = next(a for a in fields["args"] if a["role"] == "out")
+    grid = f"ceil_div({' * '.join(first_out['shape']) or '1'}, 256)"
+    return fill("fib/todo_kernel.cpp.in", KERNEL=d.name, PARAMS=", ".join(params), GRID=grid)
+
+
 def import_definition(definition_path: str | Path, dest: str | Path, *, workloads_path: str | Path | None = None,
                       force: bool = False) -> dict:
     """Write DEST/<definition name>/ and return what was written (the family, the constants, the proof)."""
@@ -213,8 +277,14 @@ def import_definition(definition_path: str | Path, dest: str | Path, *, workload
     missing = [t.name for t in d.inputs if t.shape is None and t.name not in scalars]
     if missing:
         raise DefinitionError(f"{d.name}: scalar input {missing[0]} takes its value from the workloads; give --workloads")
-    fit, constants, proof = match(d, scalars)
-    fields = _spec_fields(d, fit, constants, workloads)
+    try:
+        fit, constants, proof = match(d, scalars)
+        fields = _spec_fields(d, fit, constants, workloads)
+        kernel = None
+    except NoFamily as why:
+        fit, constants, proof = None, {}, {"no_family": str(why)}
+        fields = _todo_spec_fields(d, workloads, scalars)
+        kernel = _todo_kernel(d, fields)
     out = Path(dest) / d.name
     if out.exists():
         if not (out / RECORD).is_file():
@@ -230,12 +300,19 @@ def import_definition(definition_path: str | Path, dest: str | Path, *, workload
             lines = [line for line in Path(workloads_path).read_text().splitlines() if line.strip()]
             (staging / WORKLOADS).write_text("\n".join(json.dumps(json.loads(line)) for line in lines) + "\n")
         for name in ("template.cu", "baseline.cu"):
-            shutil.copyfile(fit.family.sources / name, staging / name)
+            if fit is None:
+                (staging / name).write_text(kernel)
+            else:
+                shutil.copyfile(fit.family.sources / name, staging / name)
         for name in ("spec.py", "reference.py", "peer.py"):
             (staging / name).write_text(fill(f"fib/{name}.in", kernel=d.name))
         record = {
-            "format": RECORD_FORMAT, "definition": d.name, "op_type": d.op_type, "family": fit.family.name,
-            "constants": constants, "tensors": fit.tensors, "axes": fit.axes, "eps_input": fit.eps_input,
+            "format": RECORD_FORMAT, "definition": d.name, "op_type": d.op_type,
+            "family": fit.family.name if fit else None, "constants": constants,
+            "tensors": fit.tensors if fit else {t.name: t.name for t in [*d.inputs, *d.outputs] if t.shape is not None},
+            "axes": fit.axes if fit else {a: a for a in d.axes},
+            "scalar_inputs": ({"eps": fit.eps_input} if fit.eps_input else {}) if fit else
+            {t.name: t.name for t in d.inputs if t.shape is None},
             "scalars": scalars, "proof": proof, "spec": fields,
             "definition_sha256": hashlib.sha256(Path(definition_path).read_bytes()).hexdigest(),
             "imported": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -246,11 +323,15 @@ def import_definition(definition_path: str | Path, dest: str | Path, *, workload
         staging.rename(out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return {"folder": str(out), "family": fit.family.name, "constants": constants, "proof": proof,
+    return {"folder": str(out), "family": fit.family.name if fit else None, "constants": constants, "proof": proof,
             "shapes": {k: len(v) for k, v in fields["shapes"].items()}, "definition": d.name}
 
 
 def describe(result: dict) -> str:
+    if result["family"] is None:
+        return (f"{result['proof']['no_family']}. Written to {result['folder']} as `astra new` writes a folder: the "
+                "spec, the reference (the definition's run) and the PyTorch peer filled in, the kernel in baseline.cu "
+                "and template.cu marked ASTRA-TODO for you (or the agent's generator) to write")
     constants = ", ".join(f"{k} {v}" for k, v in result["constants"].items())
     return (f"{result['definition']}: the {result['family']} family ({constants}; its reference agrees to "
             f"{result['proof']['max_relative_error']:.1g}), written to {result['folder']} "

@@ -64,7 +64,7 @@ def render_binding(kernel: str, spec, definition: Definition, record: dict) -> s
     """binding.cu: run(inputs..., outputs...) checking each tensor and launching `<kernel>_launch`."""
     dtype = spec.dtypes[0]
     code, bits = _DLPACK[dtype]
-    eps_input = record.get("eps_input")
+    scalar_inputs = record.get("scalar_inputs", {})  # kernel scalar -> the definition's scalar input
     params, tensors = [], []
     for t in [*definition.inputs, *definition.outputs]:
         if t.shape is None:
@@ -82,8 +82,8 @@ def render_binding(kernel: str, spec, definition: Definition, record: dict) -> s
     for (ctype, name), arg in zip(c_signature(spec, dtype), spec.args):
         if arg.role != "scalar":
             args.append(f"static_cast<{ctype}>({name}.data_ptr())")
-        elif name == "eps" and eps_input:
-            args.append(f"({ctype}){eps_input}")
+        elif name in scalar_inputs:  # the caller's value, as FlashInfer-Bench passes it
+            args.append(f"({ctype}){scalar_inputs[name]}")
         elif arg.value.strip() in spec.symbols:
             args.append(f"({ctype}){_v(arg.value.strip())}")
         else:
@@ -134,7 +134,9 @@ def write(source, export_dir: Path, traceset: Path) -> dict:
                  "dependencies": [], "destination_passing_style": True, "binding": "tvm-ffi"},
         "sources": [{"path": cu.name, "content": cu.read_text()}, {"path": header.name, "content": header.read_text()},
                     {"path": BINDING, "content": binding}],
-        "description": (f"astra-kernels {__version__}: the {record['family']} family's template tuned "
+        "description": (f"astra-kernels {__version__}: "
+                        + (f"the {record['family']} family's template" if record["family"] else "a kernel written for it")
+                        + " tuned "
                         f"on {device} ({table.l2} L2, {len(table.entries)} shapes), the dispatch table's "
                         "configurations in one file with its pick; built here with FlashInfer-Bench's own nvcc "
                         "flags (the table's --use_fast_math / --maxrregcount settings do not apply)."),
