@@ -292,3 +292,73 @@ def test_a_definition_of_two_outputs_parses_runs_and_becomes_a_folder_to_fill(tm
     assert ("void run(tvm::ffi::TensorView x, tvm::ffi::TensorView res, tvm::ffi::TensorView gamma, double epsilon, "
             "tvm::ffi::TensorView y, tvm::ffi::TensorView sum)") in binding
     assert "(float)epsilon, (int)v_M, (int)v_H, stream);" in binding
+
+
+@pytest.mark.parametrize("data, message", [
+    (_broken(inputs={"device": {"shape": ["M", "H"], "dtype": "bfloat16"}}), "is not a name"),  # the binding's own
+    (_broken(inputs={"namespace": {"shape": ["M", "H"], "dtype": "bfloat16"}}), "is not a name"),  # C++ keyword
+    (_broken(inputs={"v_T": {"shape": ["M", "H"], "dtype": "bfloat16"}}), "is not a name"),  # a symbol's variable
+    (_broken(outputs={"y": {"shape": ["M", "H"], "dtype": ["bfloat16"]}}), "FlashInfer-Bench does not define"),
+])
+def test_names_the_generated_code_declares_and_odd_values_are_one_line(data, message):
+    with pytest.raises(DefinitionError, match=message) as caught:
+        parse_definition(data, "def.json")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ("not an object", "inputs must be an object"),
+    ({"epsilon": {"type": "scalar", "value": float("nan")}}, "finite number"),
+    ({"epsilon": {"type": "scalar", "value": 10 ** 400}}, "finite number"),
+    ({"epsilon": {"type": "scalar", "value": True}}, "finite number"),
+])
+def test_odd_workload_values_are_one_line(tmp_path, inputs, message):
+    d = parse_definition(UNSEEN, "def.json")
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"definition": UNSEEN["name"], "workload": {"axes": {"M": 4}, "uuid": "a",
+                                                                          "inputs": inputs}}) + "\n")
+    with pytest.raises(DefinitionError, match=message):
+        read_workloads(path, d)
+
+
+def test_a_reference_giving_nan_matches_no_family(tmp_path):
+    data = _broken(name="nan_norm", reference="import torch\ndef run(x, res, gamma, epsilon):\n"
+                                              "    return (x.float() * float('nan')).to(x.dtype)\n")
+    wl = workloads_file(tmp_path / "w.jsonl", data["name"], (1,), scalars={"epsilon": 1e-5})
+    result = importing.import_definition(write_definition(tmp_path, data), tmp_path / "k", workloads_path=wl)
+    assert result["family"] is None and "does not compute it" in result["proof"]["no_family"]
+
+
+def test_a_mixed_dtype_definition_keeps_each_tensor_s_dtype_in_inputs_and_binding(tmp_path):
+    from astra_kernels.jobs.fib import folder as fib_folder
+    from astra_kernels.jobs.fib import solution
+
+    data = _broken(name="scale_rows", inputs={"x": {"shape": ["M", "H"], "dtype": "bfloat16"},
+                                              "scale": {"shape": ["M"], "dtype": "float32"}},
+                   reference="import torch\ndef run(x, scale):\n    return (x.float() * scale[:, None]).to(x.dtype)\n")
+    wl = workloads_file(tmp_path / "w.jsonl", data["name"], (3,))
+    importing.import_definition(write_definition(tmp_path, data), tmp_path / "k", workloads_path=wl)
+    path = tmp_path / "k" / data["name"]
+    inputs = fib_folder.Runtime(path).make_inputs(np.random.default_rng(0), {"M": 3, "H": 2560}, "bf16", "default")
+    assert inputs["scale"].dtype == np.float32 and inputs["x"].dtype != np.float32
+    binding = solution.render_binding(data["name"], fib_folder.spec(path), fib_folder.definition(path),
+                                      fib_folder.record(path))
+    assert "ASTRA_TENSOR(x, 2, kDLBfloat, 16);" in binding and "ASTRA_TENSOR(scale, 1, kDLFloat, 32);" in binding
+    record = json.loads((path / "fib.json").read_text())
+    record["scalar_inputs"] = {"M_size": "M); abort(); (void)(0"}  # a hand-edited fib.json
+    from astra_kernels.runtime.export_format import ExportError
+    with pytest.raises(ExportError, match="scalar_inputs must map"):
+        solution.render_binding(data["name"], fib_folder.spec(path), fib_folder.definition(path), record)
+
+
+def test_an_export_takes_a_trace_set_flashinfer_bench_wrote_compactly(tmp_path):
+    from astra_kernels.jobs.fib.solution import _write_new
+    from astra_kernels.runtime.export_format import ExportError
+
+    target = tmp_path / "definitions" / "rmsnorm" / "d.json"
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(UNSEEN, separators=(",", ":")))  # as its model_dump_json writes
+    _write_new(target, json.dumps(UNSEEN, indent=2) + "\n", "definition")
+    assert target.read_text() == json.dumps(UNSEEN, separators=(",", ":"))  # left as it was
+    with pytest.raises(ExportError, match="holds another definition"):
+        _write_new(target, json.dumps({**UNSEEN, "description": "x"}), "definition")

@@ -45,5 +45,5 @@ def run(args) -> int:
     console.print(escape(importing.describe(result)), highlight=False)
     name, dest = result["definition"], escape(str(args.dest))
     console.print(f"Next: astra check {name} --kernels-dir {dest}; astra tune {name} --kernels-dir {dest} --out "
-                  f"out/{name}; astra export --fib TRACESET out/{name}", highlight=False)
+                  f"out/{name}; astra export out/{name} --kernels-dir {dest} --fib TRACESET", highlight=False)
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import keyword
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +28,20 @@ DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 KNOWN_DTYPES = {"bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "float4_e2m1",
                 "int64", "int32", "int16", "int8", "bool"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# Names a generated C++ or Python file could not use as an argument's name.
-_RESERVED = frozenset({
-    "auto", "bool", "break", "case", "char", "const", "continue", "default", "delete", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "new", "operator", "private",
-    "protected", "public", "register", "return", "short", "signed", "sizeof", "static", "struct", "switch",
-    "template", "this", "throw", "typedef", "union", "unsigned", "using", "virtual", "void", "volatile", "while",
-    "stream", "shape", "status", "plan", "err",
-})
+# Names a generated C++ or Python file could not use as an argument's name: C++'s keywords and
+# alternative tokens, and the names the exported launcher (jobs/exporting/cuda_file.py) and the
+# binding (generated/fib/binding.cpp.in) declare beside the arguments.
+_RESERVED = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
+    compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
+    default delete do double dynamic_cast else enum explicit export extern false float for friend goto if
+    inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+    public register reinterpret_cast requires return short signed sizeof static static_assert static_cast
+    struct switch template this thread_local throw true try typedef typeid typename union unsigned using
+    virtual void volatile wchar_t while xor xor_eq
+    stream shape status plan err device sms major minor kernel args elements label message scalar_t dtype
+""".split())
+_RESERVED_PREFIXES = ("astra_", "ax_", "v_", "ASTRA_", "TVM", "DL", "cuda", "__")
 
 
 class DefinitionError(UsageError):
@@ -77,7 +84,7 @@ class Workload:
 
 def _name(value, what: str, where: str) -> str:
     if not isinstance(value, str) or not _IDENTIFIER.match(value) or keyword.iskeyword(value) \
-            or value in _RESERVED or value.startswith("astra_"):
+            or value in _RESERVED or value.startswith(_RESERVED_PREFIXES):
         raise DefinitionError(f"{where}: {what} {one_line(value)[:60]!r} is not a name this project can give an "
                               "argument (an identifier that is no C++ or Python keyword)")
     return value
@@ -129,7 +136,7 @@ def parse_definition(data, where: str) -> Definition:
             if not isinstance(spec, dict) or "dtype" not in spec or "shape" not in spec:
                 raise DefinitionError(f"{where}: tensor {tname} needs a shape (a list of axes, or null) and a dtype")
             dtype = spec["dtype"]
-            if dtype not in KNOWN_DTYPES:
+            if not isinstance(dtype, str) or dtype not in KNOWN_DTYPES:
                 raise DefinitionError(f"{where}: tensor {tname} has dtype {one_line(dtype)[:30]!r}, which "
                                       "FlashInfer-Bench does not define")
             if dtype not in DTYPES:
@@ -180,6 +187,13 @@ def parse_definition(data, where: str) -> Definition:
                       description if isinstance(description, str) else "", data)
 
 
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer past a double's range
+        return False
+
+
 def read_definition(path: str | Path) -> Definition:
     path = Path(path)
     return parse_definition(_read_json(path, "definition"), str(path))
@@ -203,13 +217,17 @@ def parse_workload(data, definition: Definition, where: str) -> Workload:
             raise DefinitionError(f"{where}: axis {axis} = {one_line(value)[:20]} is not a positive integer")
     scalars = {}
     inputs = workload.get("inputs") or {}
+    if not isinstance(inputs, dict):
+        raise DefinitionError(f"{where}: the workload's inputs must be an object of named inputs")
     for tensor in definition.inputs:
         spec = inputs.get(tensor.name, {"type": "random"})
         kind = spec.get("type") if isinstance(spec, dict) else None
         if tensor.shape is None:
-            if kind != "scalar" or not isinstance(spec.get("value"), (int, float, bool)):
-                raise DefinitionError(f"{where}: scalar input {tensor.name} needs a scalar value in the workload")
-            scalars[tensor.name] = spec["value"]
+            value = spec.get("value") if kind == "scalar" else None
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not _finite(value):
+                raise DefinitionError(f"{where}: scalar input {tensor.name} needs a finite number as its value in "
+                                      "the workload")
+            scalars[tensor.name] = value
         elif kind == "safetensors":
             raise DefinitionError(f"{where}: input {tensor.name} comes from a safetensors file; this project makes "
                                   "its own inputs (random) and imports workloads of random and scalar inputs")

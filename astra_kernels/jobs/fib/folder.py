@@ -75,12 +75,12 @@ class Runtime:
         return self._run
 
     def make_inputs(self, rng: np.random.Generator, shape: dict, dtype: str, variant: str) -> dict:
-        """N(0, 1) for every tensor input, as FlashInfer-Bench's random inputs are, in the storage dtype."""
-        storage = numpy_dtype(dtype)
+        """N(0, 1) for every tensor input, as FlashInfer-Bench's random inputs are, each in its own dtype."""
         arrays = {}
         for arg in self.spec.args:
             if arg.role in ("in", "inout"):
                 dims = tuple(int(Expression(d)(shape)) for d in arg.shape)
+                storage = numpy_dtype(dtype if arg.dtype == "T" else arg.dtype)  # a tensor of its own dtype keeps it
                 arrays[arg.name] = rng.standard_normal(dims, dtype=np.float32).astype(storage)
         return arrays
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -135,7 +136,8 @@ def _prove(fit: Fit, d: Definition, run, scalars: dict) -> tuple[dict, dict]:
             if got.shape != want.shape:
                 raise DefinitionError(f"{d.name}: its reference returns {fit.tensors['out']} of shape {got.shape}, "
                                       f"the {fit.family.name} family {want.shape}")
-            err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+            err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30)) \
+                if np.isfinite(got).all() and np.isfinite(want).all() else math.inf  # a NaN never matches
             errors[combo] = max(errors[combo], err)
     ranked = sorted(errors.items(), key=lambda kv: kv[1])
     best, best_err = ranked[0]
@@ -209,8 +211,16 @@ def _spec_fields(d: Definition, fit: Fit, constants: dict, workloads: list[Workl
         tol = suite.load(family.tolerances_from).spec.tolerances
         if dtype in tol:
             fields["tolerances"] = {dtype: tol[dtype].model_dump()}
-    KernelSpec(**fields)  # what the folder will load, checked now
+    _check_spec(d, fields)  # what the folder will load, checked now
     return fields
+
+
+def _check_spec(d: Definition, fields: dict) -> None:
+    try:
+        KernelSpec(**fields)
+    except ValueError as e:  # pydantic's ValidationError is one: its first error, in one line
+        first = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+        raise DefinitionError(f"{d.name}: the kernel spec it gives is not valid ({first.splitlines()[0][:200]})") from None
 
 
 def _todo_spec_fields(d: Definition, workloads: list[Workload], scalars: dict) -> dict:
@@ -249,7 +259,7 @@ def _todo_spec_fields(d: Definition, workloads: list[Workload], scalars: dict) -
         "symbols": list(d.axes), "args": args, "dtypes": [main], "shapes": sets,
         "bytes_moved": " + ".join(f"{' * '.join(t.shape) or '1'} * {width(t)}" for t in tensors),
     }
-    KernelSpec(**fields)
+    _check_spec(d, fields)
     return fields
 
 
@@ -318,9 +328,17 @@ def import_definition(definition_path: str | Path, dest: str | Path, *, workload
             "imported": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         (staging / RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        earlier = Path(dest) / f".{d.name}.replaced"
+        shutil.rmtree(earlier, ignore_errors=True)
+        if out.exists():  # set aside, not deleted, until the new folder is in place
+            out.rename(earlier)
+        try:
+            staging.rename(out)
+        except OSError:
+            if earlier.exists():
+                earlier.rename(out)
+            raise
+        shutil.rmtree(earlier, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return {"folder": str(out), "family": fit.family.name if fit else None, "constants": constants, "proof": proof,

@@ -40,7 +40,7 @@ from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
 from astra_kernels.jobs.generated_files import fill
 from . import folder as fib_folder
-from .definition import Definition
+from .definition import DTYPES, Definition
 
 BINDING = "binding.cu"
 ENTRY = f"{BINDING}::run"
@@ -63,13 +63,20 @@ def _cpp(text: str, what: str) -> str:
 def render_binding(kernel: str, spec, definition: Definition, record: dict) -> str:
     """binding.cu: run(inputs..., outputs...) checking each tensor and launching `<kernel>_launch`."""
     dtype = spec.dtypes[0]
-    code, bits = _DLPACK[dtype]
-    scalar_inputs = record.get("scalar_inputs", {})  # kernel scalar -> the definition's scalar input
+    # kernel scalar -> the definition's scalar input whose value the caller passes: names the binding
+    # declares, so fib.json's (a file) are held to them before they reach the C++
+    scalar_inputs = record.get("scalar_inputs", {})
+    declared = {t.name for t in definition.inputs if t.shape is None}
+    if not isinstance(scalar_inputs, dict) or not set(scalar_inputs.values()) <= declared \
+            or not set(scalar_inputs) <= {a.name for a in spec.args if a.role == "scalar"}:
+        raise ExportError(f"{kernel}: fib.json's scalar_inputs must map the kernel's scalars to the definition's "
+                          f"scalar inputs ({', '.join(sorted(declared)) or 'none'}); import the definition again")
     params, tensors = [], []
     for t in [*definition.inputs, *definition.outputs]:
         if t.shape is None:
             params.append(f"double {t.name}")
         else:
+            code, bits = _DLPACK[DTYPES[t.dtype]]  # each tensor its own dtype
             params.append(f"tvm::ffi::TensorView {t.name}")
             tensors.append(f"    ASTRA_TENSOR({t.name}, {len(t.shape)}, {code}, {bits});")
     symbols = [f"    const ax_int {_v(s)} = {arg}.size({dim}); (void){_v(s)};"
@@ -101,12 +108,23 @@ def solution_name(definition: str, device: str, l2: str) -> str:
     return f"{definition}_astra_{gpu}_{l2}"
 
 
+def _parsed(text: str, lines: bool):
+    try:
+        return [json.loads(x) for x in text.splitlines() if x.strip()] if lines else json.loads(text)
+    except ValueError:
+        return None
+
+
 def _write_new(path: Path, text: str, what: str) -> None:
-    """Write `text` unless the file holds other text: a trace set's definitions and workloads are
-    shared by every solution of the definition, and never replaced by another's."""
-    if path.exists() and path.read_text() != text:
-        raise ExportError(f"{path} exists and holds another {what}; export into another trace set "
-                          "(or remove it)")
+    """Write `text` unless the file holds something else: a trace set's definitions and workloads are
+    shared by every solution of the definition, and never replaced by another's. Compared as JSON
+    (FlashInfer-Bench writes its own compactly), so a trace set it wrote takes the export."""
+    if path.exists():
+        lines = path.suffix == ".jsonl"
+        if _parsed(path.read_text(), lines) != _parsed(text, lines):
+            raise ExportError(f"{path} exists and holds another {what}; export into another trace set "
+                              "(or remove it)")
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
 
@@ -160,8 +178,10 @@ def write(source, export_dir: Path, traceset: Path) -> dict:
     traces = _traces(source, definition, record, name, lines, export_dir)
     if traces:
         target = traceset / "traces" / op / f"{definition.name}.astra.jsonl"
-        keep = [t for t in (json.loads(x) for x in target.read_text().splitlines() if x.strip())
-                if t.get("solution") != name] if target.is_file() else []
+        earlier = _parsed(target.read_text(), True) if target.is_file() else []
+        if earlier is None or not all(isinstance(t, dict) for t in earlier):
+            raise ExportError(f"{target} is not JSON lines of traces; move it away and export again")
+        keep = [t for t in earlier if t.get("solution") != name]  # other solutions' traces stay
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("".join(json.dumps(t) + "\n" for t in [*keep, *traces]))
         written.append(target)
@@ -172,10 +192,10 @@ def _traces(source, definition: Definition, record: dict, solution: str, workloa
             export_dir: Path) -> list[dict]:
     """One trace per workload the table holds a measurement at: its median, beside the baseline's."""
     table = source.table
-    token, width = record["spec"]["symbols"]
-    axis = record["axes"][token]
+    symbols = record["spec"]["symbols"]
+    axis_of = record["axes"]  # symbol -> the definition's axis
     baseline = _baseline_us(Path(source.path).parent)
-    by_tokens = {e.shape[token]: e for e in table.entries}
+    by_shape = {tuple(e.shape[sym] for sym in symbols): e for e in table.entries}
     tol = record["spec"].get("tolerances", {}).get(table.dtype)
     checked = ("astra-kernels checked every element against the definition's reference in float64 "
                + (f"(rtol {tol['rtol']}, atol {tol['atol']})" if tol else "(the dtype's default tolerances)"))
@@ -183,10 +203,11 @@ def _traces(source, definition: Definition, record: dict, solution: str, workloa
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     for line in workloads:
         workload = line.get("workload", line)
-        entry = by_tokens.get(workload["axes"].get(axis))
+        shape = tuple(workload["axes"].get(axis_of[sym], definition.axes.get(axis_of[sym])) for sym in symbols)
+        entry = by_shape.get(shape)  # measured at exactly this workload's shape, or no trace
         if entry is None or not entry.median_us:
             continue
-        label = "x".join(str(entry.shape[s]) for s in (token, width))
+        label = "x".join(str(v) for v in shape)
         base = baseline.get(label)
         out.append({
             "definition": definition.name, "workload": workload, "solution": solution,
