@@ -272,7 +272,8 @@ def test_a_definition_of_two_outputs_parses_runs_and_becomes_a_folder_to_fill(tm
     rng = np.random.default_rng(1)
     values = {"x": rng.standard_normal((2, 2560)), "res": rng.standard_normal((2, 2560)),
               "gamma": rng.standard_normal(2560), "epsilon": 1e-5}
-    out = call(d, run_function(d), values)
+    (tmp_path / "ref.py").write_text(d.reference)
+    out = call(d, run_function(d, tmp_path / "ref.py"), values)
     assert set(out) == {"y", "sum"} and out["sum"].dtype == np.float64
     np.testing.assert_allclose(out["sum"], values["x"] + values["res"], rtol=1e-6, atol=1e-6)  # its math: float32
     wl = workloads_file(tmp_path / "w.jsonl", data["name"], (1,), scalars={"epsilon": 1e-5})
@@ -362,3 +363,14 @@ def test_an_export_takes_a_trace_set_flashinfer_bench_wrote_compactly(tmp_path):
     assert target.read_text() == json.dumps(UNSEEN, separators=(",", ":"))  # left as it was
     with pytest.raises(ExportError, match="holds another definition"):
         _write_new(target, json.dumps({**UNSEEN, "description": "x"}), "definition")
+
+
+def test_the_folder_s_reference_file_is_the_definition_s_or_it_says_so(kernels):
+    importing.import_definition(EXAMPLES / "definitions/rmsnorm/rmsnorm_h4096.json", kernels)
+    path = kernels / "rmsnorm_h4096"
+    assert (path / "fib_reference.py").read_text() == json.loads((path / "definition.json").read_text())["reference"]
+    (path / "fib_reference.py").write_text((path / "fib_reference.py").read_text().replace("1e-6", "1e-5"))
+    folder = suite.load("rmsnorm_h4096")
+    inputs = folder.reference.make_inputs(np.random.default_rng(0), {"T": 1, "H": 4096}, "bf16", "default")
+    with pytest.raises(DefinitionError, match="is not the reference of .*definition.json"):
+        folder.reference.reference(inputs, {"T": 1, "H": 4096}, "bf16", "default")

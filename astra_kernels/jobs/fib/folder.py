@@ -2,6 +2,7 @@
 reference and PyTorch peer, all from the two files the import left in it.
 
     definition.json   the FlashInfer-Bench definition, as given (its reference is the folder's)
+    fib_reference.py  that reference as a file, which runs as the folder's other Python does
     fib.json          the import's record: the family matched, the spec (KernelSpec fields: the
                       family's arguments named after the definition's tensors, the shape sets from
                       the workloads), which definition tensor each argument is, and the proof
@@ -27,6 +28,7 @@ from .running import call, run_function
 
 RECORD = "fib.json"
 DEFINITION = "definition.json"
+REFERENCE = "fib_reference.py"  # the definition's reference as a file of the folder (running.py)
 WORKLOADS = "workloads.jsonl"
 RECORD_FORMAT = 1
 
@@ -71,7 +73,7 @@ class Runtime:
     @property
     def run(self):
         if self._run is None:
-            self._run = run_function(self.definition)
+            self._run = run_function(self.definition, self.folder / REFERENCE)
         return self._run
 
     def make_inputs(self, rng: np.random.Generator, shape: dict, dtype: str, variant: str) -> dict:

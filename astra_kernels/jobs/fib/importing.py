@@ -32,7 +32,7 @@ from astra_kernels.tools.templating.expressions import FUNCTIONS
 from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype
 from . import families as fam
 from .definition import DTYPES, Definition, DefinitionError, Workload, read_definition, read_workloads
-from .folder import DEFINITION, RECORD, RECORD_FORMAT, WORKLOADS
+from .folder import DEFINITION, RECORD, RECORD_FORMAT, REFERENCE, WORKLOADS
 from .running import call, run_function
 
 PROBE_TOKENS = (1, 3)        # token counts the proof runs at (a single row, an odd count)
@@ -154,17 +154,15 @@ def _prove(fit: Fit, d: Definition, run, scalars: dict) -> tuple[dict, dict]:
                                     "tokens": list(PROBE_TOKENS), "scales": list(scales)}
 
 
-def match(d: Definition, scalars: dict) -> tuple[Fit, dict, dict]:
+def match(d: Definition, scalars: dict, run) -> tuple[Fit, dict, dict]:
     """The family the definition is (its fit, constants and proof), or a DefinitionError saying why
     each family does not fit."""
     reasons = []
-    run = None
     for family in fam.FAMILIES:
         fit = _fit(family, d)
         if isinstance(fit, str):
             reasons.append(f"{family.name} {fit}")
             continue
-        run = run or run_function(d)
         constants, proof = _prove(fit, d, run, scalars)
         return fit, constants, proof
     raise NoFamily(f"{d.name}: no family of this project computes it ({'; '.join(reasons)})")
@@ -287,14 +285,6 @@ def import_definition(definition_path: str | Path, dest: str | Path, *, workload
     missing = [t.name for t in d.inputs if t.shape is None and t.name not in scalars]
     if missing:
         raise DefinitionError(f"{d.name}: scalar input {missing[0]} takes its value from the workloads; give --workloads")
-    try:
-        fit, constants, proof = match(d, scalars)
-        fields = _spec_fields(d, fit, constants, workloads)
-        kernel = None
-    except NoFamily as why:
-        fit, constants, proof = None, {}, {"no_family": str(why)}
-        fields = _todo_spec_fields(d, workloads, scalars)
-        kernel = _todo_kernel(d, fields)
     out = Path(dest) / d.name
     if out.exists():
         if not (out / RECORD).is_file():
@@ -305,6 +295,17 @@ def import_definition(definition_path: str | Path, dest: str | Path, *, workload
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
+        # The reference is code: it becomes a file of the folder, which runs as any kernel folder's
+        # Python does (README: a kernel folder is code), first here for the proof.
+        (staging / REFERENCE).write_text(d.reference)
+        try:
+            fit, constants, proof = match(d, scalars, run_function(d, staging / REFERENCE))
+            fields = _spec_fields(d, fit, constants, workloads)
+            kernel = None
+        except NoFamily as why:
+            fit, constants, proof = None, {}, {"no_family": str(why)}
+            fields = _todo_spec_fields(d, workloads, scalars)
+            kernel = _todo_kernel(d, fields)
         (staging / DEFINITION).write_text(json.dumps(d.raw, indent=2) + "\n")
         if workloads_path:
             lines = [line for line in Path(workloads_path).read_text().splitlines() if line.strip()]

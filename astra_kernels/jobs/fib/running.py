@@ -3,7 +3,8 @@ the definition's order, the outputs returned (one tensor, or a tuple in the outp
 
 The reference is Python that FlashInfer-Bench runs to judge every solution; this project runs it
 too (to prove a family's match on import, and as an imported folder's reference and PyTorch peer),
-so a definition file is code: import only definitions you would run.
+so a definition file is code: import only definitions you would run. The import writes it into the
+kernel folder as `fib_reference.py`, which loads as the folder's other Python files do.
 
 Evaluated in float64 where its math allows: the inputs are given as float64 tensors, so the
 reference's own arithmetic runs in float64 unless it casts (FlashInfer-Bench's norms cast to
@@ -13,6 +14,8 @@ fp16 output's tolerance). The outputs are returned as float64 whatever the refer
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -30,16 +33,28 @@ def torch_module():
     return torch
 
 
-def run_function(definition: Definition) -> Callable:
-    """The definition's `run`, from its reference text compiled as a module of its own."""
+def run_function(definition: Definition, path: Path) -> Callable:
+    """The `run` of the reference file `path` (the definition's reference, as the import wrote it into
+    the kernel folder), loaded as a module of its own: the way every kernel folder's Python runs."""
     torch_module()
-    namespace: dict = {"__name__": f"fib_reference_{definition.name}"}
     try:
-        exec(compile(definition.reference, f"<{definition.name} reference>", "exec"), namespace)
+        text = path.read_text()
+    except OSError as e:
+        raise DefinitionError(f"{path}: cannot read the reference ({e.strerror or e})") from None
+    if text != definition.reference:
+        raise DefinitionError(f"{path} is not the reference of {path.parent / 'definition.json'} (edited?): change "
+                              "the definition and import it again, so the two stay one")
+    spec = importlib.util.spec_from_file_location(f"astra_fib_reference_{definition.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
     except Exception as e:  # the reference's own top level failed: say where, in one line
-        raise DefinitionError(f"{definition.name}: its reference fails at import ({type(e).__name__}: "
+        raise DefinitionError(f"{path}: the reference fails as it loads ({type(e).__name__}: "
                               f"{one_line(e)[:160]})") from None
-    return namespace["run"]
+    run = getattr(module, "run", None)
+    if not callable(run):
+        raise DefinitionError(f"{path}: defines no run()")
+    return run
 
 
 def call(definition: Definition, run: Callable, values: dict, *, device: str = "cpu",
