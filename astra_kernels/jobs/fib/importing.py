@@ -75,35 +75,33 @@ def _fit(family: fam.Family, d: Definition) -> Fit | str:
     token_sym, width_sym = family.symbols
     eps_input = None
     if scalars:
-        if "eps" not in family.constants or len(scalars) != 1 or scalars[0].dtype not in ("float32", "float16", "bfloat16"):
+        if "eps" not in family.constants or len(scalars) != 1:  # (every imported dtype is a float)
             return "takes no scalar input but a norm's eps"
         eps_input = scalars[0].name
     for width_axis, width in consts.items():
-        axes = {token_sym: var[0], width_sym: width_axis}
+
+        def fits(dim: str, axis: str) -> bool:  # a slot's dimension against a tensor's axis
+            if dim == token_sym:
+                return axis == var[0]
+            if dim == width_sym:
+                return axis == width_axis
+            return consts.get(axis) == family.width_scale * width  # "2 * D": a const axis twice the width
+
         assigned: dict[str, str] = {}
-        ok = True
-        for slot, group in ((s, tensors if s.role == "in" else d.outputs) for s in family.slots):
-            want = []
-            for dim in slot.shape:
-                if dim == token_sym:
-                    want.append(lambda a: a == var[0])
-                elif dim == width_sym:
-                    want.append(lambda a, w=width_axis: a == w)
-                else:  # "2 * D": a const axis of twice the width
-                    want.append(lambda a: consts.get(a) == family.width_scale * width)
-            found = next((t for t in group if t.name not in assigned.values() and len(t.shape) == len(want)
-                          and all(f(a) for f, a in zip(want, t.shape))), None)
+        for slot in family.slots:
+            group = tensors if slot.role == "in" else d.outputs
+            found = next((t for t in group if t.name not in assigned.values() and len(t.shape) == len(slot.shape)
+                          and all(fits(dim, a) for dim, a in zip(slot.shape, t.shape))), None)
             if found is None:
-                ok = False
                 break
             assigned[slot.key] = found.name
-        if ok:
-            return Fit(family, assigned, axes, width, eps_input)
+        else:
+            return Fit(family, assigned, {token_sym: var[0], width_sym: width_axis}, width, eps_input)
     shapes = ", ".join(f"{s.key}[{', '.join(s.shape)}]" for s in family.slots)
     return f"takes tensors {shapes} over one var axis and a const width"
 
 
-def _probe_inputs(fit: Fit, d: Definition, tokens: int, scale: float, rng) -> dict[str, np.ndarray]:
+def _probe_inputs(fit: Fit, tokens: int, scale: float, rng) -> dict[str, np.ndarray]:
     sizes = {fit.family.symbols[0]: tokens, fit.family.symbols[1]: fit.width}
     arrays = {}
     for slot in fit.family.slots:
@@ -118,7 +116,7 @@ def _probe_inputs(fit: Fit, d: Definition, tokens: int, scale: float, rng) -> di
 
 def _prove(fit: Fit, d: Definition, run, scalars: dict) -> tuple[dict, dict]:
     """The family constants the definition's reference agrees with at every probe, and the errors;
-    a DefinitionError where none or several agree."""
+    NoFamily where none or several agree."""
     rng = np.random.default_rng(2026)
     names = list(fit.family.constants)
     choices = [fit.family.constants[n] for n in names]
@@ -127,7 +125,7 @@ def _prove(fit: Fit, d: Definition, run, scalars: dict) -> tuple[dict, dict]:
     errors: dict[tuple, float] = {c: 0.0 for c in itertools.product(*choices)}
     scales = PROBE_SCALES if "eps" in names else (1.0,)
     for tokens, scale in itertools.product(PROBE_TOKENS, scales):
-        arrays = _probe_inputs(fit, d, tokens, scale, rng)
+        arrays = _probe_inputs(fit, tokens, scale, rng)
         values = {fit.tensors[k]: a for k, a in arrays.items()}
         values.update(scalars)
         got = call(d, run, values)[fit.tensors["out"]]
@@ -155,8 +153,8 @@ def _prove(fit: Fit, d: Definition, run, scalars: dict) -> tuple[dict, dict]:
 
 
 def match(d: Definition, scalars: dict, run) -> tuple[Fit, dict, dict]:
-    """The family the definition is (its fit, constants and proof), or a DefinitionError saying why
-    each family does not fit."""
+    """The family the definition is (its fit, constants and proof), or NoFamily saying why each
+    family does not fit."""
     reasons = []
     for family in fam.FAMILIES:
         fit = _fit(family, d)
@@ -171,7 +169,7 @@ def match(d: Definition, scalars: dict, run) -> tuple[Fit, dict, dict]:
 def _spec_fields(d: Definition, fit: Fit, constants: dict, workloads: list[Workload]) -> dict:
     family = fit.family
     token, width = family.symbols
-    dtype = DTYPES[d.inputs[0].dtype if d.inputs[0].shape is not None else d.outputs[0].dtype]
+    dtype = DTYPES[d.outputs[0].dtype]  # a family's tensors share one dtype (_fit)
     args = []
     for slot in family.slots:
         args.append({"name": fit.tensors[slot.key], "role": slot.role, "dtype": "T", "shape": list(slot.shape),

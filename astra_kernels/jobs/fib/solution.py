@@ -175,7 +175,7 @@ def write(source, export_dir: Path, traceset: Path) -> dict:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(solution, indent=2) + "\n")
     written.append(target)
-    traces = _traces(source, definition, record, name, lines, export_dir)
+    traces = _traces(source, definition, record, name, lines)
     if traces:
         target = traceset / "traces" / op / f"{definition.name}.astra.jsonl"
         earlier = _parsed(target.read_text(), True) if target.is_file() else []
@@ -188,8 +188,7 @@ def write(source, export_dir: Path, traceset: Path) -> dict:
     return {"solution": name, "files": [str(p) for p in written], "traces": len(traces)}
 
 
-def _traces(source, definition: Definition, record: dict, solution: str, workloads: list[dict],
-            export_dir: Path) -> list[dict]:
+def _traces(source, definition: Definition, record: dict, solution: str, workloads: list[dict]) -> list[dict]:
     """One trace per workload the table holds a measurement at: its median, beside the baseline's."""
     table = source.table
     symbols = record["spec"]["symbols"]
