@@ -16,7 +16,7 @@ import time
 from pydantic import BaseModel, Field
 
 from astra_kernels.tools.measuring.correctness import Check, compare, unchanged
-from astra_kernels.tools.measuring.evaluation import seeded_case
+from astra_kernels.tools.measuring.draws import seeded_case
 from astra_kernels.tools.toolchain.timing import Timing, rotation_count, time_torch_graph
 
 from . import torch_tensors as peers

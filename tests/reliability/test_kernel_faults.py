@@ -19,7 +19,7 @@ import pytest
 
 from support import faulty
 from astra_kernels.tools.toolchain import compiler_process
-from astra_kernels.tools.measuring import correctness, device_checks, sanitizer
+from astra_kernels.tools.measuring import correctness, device_checks, draws, sanitizer
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
@@ -481,7 +481,7 @@ def test_a_draw_resident_on_the_gpu_is_not_drawn_again_on_the_host(host_gpu, mon
     assert evaluate(device, request).status == "ok"
     # the checks' two draws and the timing's third (evaluation.timing_seeds: 3 rotating sets here)
     assert sorted(made) == [1, 2, 1 + evaluation.DRAW_STRIDE]
-    monkeypatch.setattr(evaluation, "_CASES", type(evaluation._CASES)())  # the host's draws let go
+    monkeypatch.setattr(draws, "_CASES", type(draws._CASES)())  # the host's draws let go
     result = evaluate(device, request)
     assert result.status == "ok" and all(c.passed for c in result.checks)
     assert sorted(made) == [1, 2, 1 + evaluation.DRAW_STRIDE]  # nothing drawn again

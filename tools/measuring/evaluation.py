@@ -16,14 +16,11 @@ beyond the spread, is no result ("invalid").
 from __future__ import annotations
 
 import functools
-import os
 import time
 import traceback
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -31,7 +28,7 @@ from pydantic import BaseModel, Field
 from astra_kernels.tools.toolchain import pdl
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions, KernelInfo
 from astra_kernels.tools.toolchain.compiler import compile_source
-from . import device_checks, device_state
+from . import device_checks, device_state, draws
 from .correctness import POISON_BYTE, Check, floor_verdict, fresh_outputs, timed_verdict, unchanged_verdict
 from .device_checks import ResidentCase
 from astra_kernels.tools.toolchain.device import Device, DeviceArena, DeviceBuffer, Kernel
@@ -153,79 +150,15 @@ class _Buffers:
             buf.close()
 
 
-_CASES: OrderedDict[tuple, Case] = OrderedDict()
-# The draws kept, by size: a worker of a cluster gets the candidates of every shape in flight
-# interleaved (26 shapes at once on 2026-11-25's two-H100 run), and keeping only the last problem's
-# two draws redrew and recomputed the float64 reference for 424 of 426 evaluations; with every
-# problem kept, 26. The budget is a share of the host's memory, a quarter of it split among the
-# host's GPUs (each has a worker), and at least 4 GiB: a fixed 4 GiB was less than the two draws
-# of silu_and_mul 16384x28672 alone (5.6 GB), so a worker interleaving it with other shapes drew it
-# again, seconds each time. The last two draws are kept whatever their size.
-CASES_KEPT_BYTES: int | None = None  # None: cases_kept_bytes() decides
-CASES_HOST_SHARE = 4
-HOST_GPUS = Path("/proc/driver/nvidia/gpus")  # one entry per GPU of this host, visible here or not
-CGROUP_MEMORY = Path("/sys/fs/cgroup/memory.max")
-_CASES_KEPT_AT_LEAST = 2
-
-
-def cases_kept_bytes() -> int:
-    """CASES_KEPT_BYTES, or this host's memory (or its container's limit) over CASES_HOST_SHARE times
-    its GPUs (the driver's list of the host's GPUs, whatever CUDA_VISIBLE_DEVICES lets this process
-    see), at least 4 GiB."""
-    if CASES_KEPT_BYTES is not None:
-        return CASES_KEPT_BYTES
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        return 4 << 30
-    try:  # a container's limit, where it has one (cgroup v2), is the host's memory to this worker
-        limit = CGROUP_MEMORY.read_text().strip()
-        memory = min(memory, int(limit)) if limit.isdigit() else memory
-    except OSError:
-        pass
-    gpus = len(list(HOST_GPUS.iterdir())) if HOST_GPUS.is_dir() else 1
-    return max(4 << 30, memory // (CASES_HOST_SHARE * max(1, gpus)))
-
-
-def _case_bytes(case: Case) -> int:
-    return sum(a.nbytes for a in case.inputs.values()) + sum(a.nbytes for a in case.expected.values())
-
-
-def seeded_case(problem: Problem, seed: int) -> Case:
-    """The seeded draw and its reference, computed once per problem and seed in this worker.
-
-    Every configuration of a search is checked on the same two draws, and the float64 reference
-    of a large shape takes seconds, so draws are kept, the most recently used first, up to
-    cases_kept_bytes() (and always the last two); nothing mutates them.
-    """
-    key = _case_key(problem, seed)
-    if key in _CASES:
-        _CASES.move_to_end(key)
-        return _CASES[key]
-    case = problem.make_case(seed)
-    problem.validate_case(case)
-    _CASES[key] = case
-    held = sum(_case_bytes(c) for c in _CASES.values())
-    budget = cases_kept_bytes()
-    while len(_CASES) > _CASES_KEPT_AT_LEAST and held > budget:
-        _, dropped = _CASES.popitem(last=False)
-        held -= _case_bytes(dropped)
-    return case
-
-
-def _case_key(problem: Problem, seed: int) -> tuple:
-    return (problem.label, tuple(problem.params), repr(problem.make_case), seed)
-
-
 def _draw(problem: Problem, seed: int) -> Callable[[], Case]:
     """The seeded draw, made (or taken from the host's cache) only when called: on the GPU, the
     checks need the host's copy only to upload it or for an output compared on the host."""
-    return functools.partial(seeded_case, problem, seed)
+    return functools.partial(draws.seeded_case, problem, seed)
 
 
 def _resident(device: Device, problem: Problem, seed: int) -> ResidentCase:
     """The seeded draw on the GPU (device_checks.py), drawn on the host only where the GPU lacks it."""
-    return device_checks.on(device).resident(_case_key(problem, seed), problem, _draw(problem, seed))
+    return device_checks.on(device).resident(draws.case_key(problem, seed), problem, _draw(problem, seed))
 
 
 def _run_case(device: Device, kernel: Kernel, request: EvaluationRequest, seed: int, resident: ResidentCase,
@@ -298,10 +231,10 @@ def _check(device: Device, kernel: Kernel, request: EvaluationRequest, guard_byt
             guarded.close()
         try:
             nbytes = {p.name: p.nbytes for p in request.problem.buffers}
-            draws = _draw(request.problem, first_seed), _draw(request.problem, second_seed)
+            host_draws = _draw(request.problem, first_seed), _draw(request.problem, second_seed)
             fresh = fresh_outputs(
                 out_a,
-                references_differ=lambda name: gpu.references_differ(resident_a, resident_b, name, *draws),
+                references_differ=lambda name: gpu.references_differ(resident_a, resident_b, name, *host_draws),
                 outputs_same=lambda name: not gpu.differ(out_a[name], out_b[name], nbytes[name]))
             changed = device_checks.intact_check([resident_a, resident_b], gpu)
         finally:
@@ -361,6 +294,14 @@ def timing_seeds(seeds: tuple[int, int], sets: int) -> list[int]:
     return chosen[:count]
 
 
+def request_draws(request: EvaluationRequest) -> list[tuple[Problem, int]]:
+    """The seeded draws an evaluation of `request` uses: its checks' two, then its timing's
+    (timing_seeds), as draws.prefetch takes them."""
+    sets = rotation_count(request.problem.set_bytes, request.l2)
+    seeds = dict.fromkeys([*request.seeds, *timing_seeds(request.seeds, sets)])
+    return [(request.problem, seed) for seed in seeds]
+
+
 def fill_byte(seeds: tuple[int, int]) -> int:
     """The byte the outputs are filled with before each replay (FILL_BYTES), chosen by the seeds."""
     return FILL_BYTES[(seeds[0] * 31 + seeds[1]) % len(FILL_BYTES)]
@@ -389,7 +330,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
     # the checks' draws, checksummed after their launches: not looked up (and checksummed) again
     known = dict(zip(request.seeds, drawn or []))
     residents = [known.get(seed) or _resident(device, problem, seed) for seed in seeds]
-    draws = [_draw(problem, seed) for seed in seeds]
+    host_draws = [_draw(problem, seed) for seed in seeds]
     outs = [p for p in problem.buffers if p.role == "out"]
     sets, arena = _rotating_sets(problem, sets_needed, request.input_layout)
     fill: CapturedWork | None = None
@@ -439,7 +380,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
         verdict = timed_verdict(
             ({p.name: b.by_name[p.name] for p in outs} for b in sets), len(sets), same=same,
             judge=lambda index, name, got: gpu.compare_output(
-                params[name], got, residents[index % count], draws[index % count],
+                params[name], got, residents[index % count], host_draws[index % count],
                 problem.tolerance(params[name].dtype)),
             draws=count)
         # stream timing after the verdict: its launches leave the outputs written, and the verdict

@@ -119,21 +119,21 @@ def test_worker_keeps_draws_up_to_its_byte_budget_and_always_the_last_two(monkey
     """Candidates share their seeded draws; the worker computes each once, also when the
     candidates of many shapes come interleaved (a cluster's worker), until the draws kept pass
     CASES_KEPT_BYTES; the oldest go first, the last two stay whatever their size."""
-    from astra_kernels.tools.measuring import evaluation, probes
+    from astra_kernels.tools.measuring import draws, probes
 
-    monkeypatch.setattr(evaluation, "_CASES", type(evaluation._CASES)())
+    monkeypatch.setattr(draws, "_CASES", type(draws._CASES)())
     problems = [probes.copy_request(1 << n).problem for n in (12, 13, 14)]
-    first = {(i, seed): evaluation.seeded_case(p, seed) for i, p in enumerate(problems) for seed in (1, 2)}
+    first = {(i, seed): draws.seeded_case(p, seed) for i, p in enumerate(problems) for seed in (1, 2)}
     assert first[0, 1].inputs["src"].tobytes() != first[0, 2].inputs["src"].tobytes()
     for (i, seed), case in first.items():  # interleaved: every draw still kept
-        assert evaluation.seeded_case(problems[i], seed) is case
-    sizes = {key: evaluation._case_bytes(case) for key, case in first.items()}
+        assert draws.seeded_case(problems[i], seed) is case
+    sizes = {key: draws.case_bytes(case) for key, case in first.items()}
     # a budget that holds the two largest draws and no more: the others, least recently used, go
-    monkeypatch.setattr(evaluation, "CASES_KEPT_BYTES", sizes[2, 1] + sizes[2, 2])
-    evaluation.seeded_case(problems[2], 1)
-    new = evaluation.seeded_case(probes.copy_request(1 << 15).problem, 1)  # larger than the budget
-    assert list(evaluation._CASES.values()) == [first[2, 1], new]  # the last two, over budget or not
-    assert evaluation.seeded_case(problems[0], 1) is not first[0, 1]  # pushed out, drawn again
+    monkeypatch.setattr(draws, "CASES_KEPT_BYTES", sizes[2, 1] + sizes[2, 2])
+    draws.seeded_case(problems[2], 1)
+    new = draws.seeded_case(probes.copy_request(1 << 15).problem, 1)  # larger than the budget
+    assert list(draws._CASES.values()) == [first[2, 1], new]  # the last two, over budget or not
+    assert draws.seeded_case(problems[0], 1) is not first[0, 1]  # pushed out, drawn again
 
 
 @pytest.mark.parametrize("set_bytes", [1, 1 << 20, 1 << 30])
@@ -145,27 +145,27 @@ def test_draws_kept_are_a_share_of_the_host_s_memory_split_among_its_gpus(monkey
     """Without CASES_KEPT_BYTES set, a worker keeps draws up to a quarter of the host's memory over
     its GPUs (each runs a worker), never under 4 GiB: silu_and_mul 16384x28672's two draws alone are
     5.6 GB."""
-    from astra_kernels.tools.measuring import evaluation
+    from astra_kernels.tools.measuring import draws
 
     pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": (256 << 30) // 4096}
-    monkeypatch.setattr(evaluation.os, "sysconf", lambda name: pages[name])
+    monkeypatch.setattr(draws.os, "sysconf", lambda name: pages[name])
     gpus = tmp_path / "gpus"
     for bus in ("0000:18:00.0", "0000:2a:00.0"):
         (gpus / bus).mkdir(parents=True)
-    monkeypatch.setattr(evaluation, "HOST_GPUS", gpus)
-    monkeypatch.setattr(evaluation, "CGROUP_MEMORY", tmp_path / "no cgroup")
-    assert evaluation.cases_kept_bytes() == (256 << 30) // 8
+    monkeypatch.setattr(draws, "HOST_GPUS", gpus)
+    monkeypatch.setattr(draws, "CGROUP_MEMORY", tmp_path / "no cgroup")
+    assert draws.cases_kept_bytes() == (256 << 30) // 8
     (tmp_path / "memory.max").write_text(f"{64 << 30}\n")  # a container's limit counts
-    monkeypatch.setattr(evaluation, "CGROUP_MEMORY", tmp_path / "memory.max")
-    assert evaluation.cases_kept_bytes() == (64 << 30) // 8
+    monkeypatch.setattr(draws, "CGROUP_MEMORY", tmp_path / "memory.max")
+    assert draws.cases_kept_bytes() == (64 << 30) // 8
     (tmp_path / "memory.max").write_text("max\n")
-    assert evaluation.cases_kept_bytes() == (256 << 30) // 8
-    monkeypatch.setattr(evaluation, "HOST_GPUS", tmp_path / "none")  # no NVIDIA driver here: one share
-    assert evaluation.cases_kept_bytes() == (256 << 30) // 4
+    assert draws.cases_kept_bytes() == (256 << 30) // 8
+    monkeypatch.setattr(draws, "HOST_GPUS", tmp_path / "none")  # no NVIDIA driver here: one share
+    assert draws.cases_kept_bytes() == (256 << 30) // 4
     pages["SC_PHYS_PAGES"] = (8 << 30) // 4096
-    assert evaluation.cases_kept_bytes() == 4 << 30
-    monkeypatch.setattr(evaluation, "CASES_KEPT_BYTES", 12345)
-    assert evaluation.cases_kept_bytes() == 12345
+    assert draws.cases_kept_bytes() == 4 << 30
+    monkeypatch.setattr(draws, "CASES_KEPT_BYTES", 12345)
+    assert draws.cases_kept_bytes() == 12345
 
 
 def test_the_gpu_s_partial_findings_merge_as_one_pass_would():

@@ -123,11 +123,11 @@ def test_bytes_differ_sees_one_changed_byte_anywhere(gpu, offset, nbytes):
 
 def test_a_changed_resident_draw_fails_the_candidate_and_is_uploaded_again(gpu):
     from astra_kernels.tools.measuring import probes
-    from astra_kernels.tools.measuring.evaluation import _case_key, seeded_case
+    from astra_kernels.tools.measuring.draws import case_key, seeded_case
 
     problem = probes.copy_request(1 << 16).problem
     case = seeded_case(problem, 1)
-    key = _case_key(problem, 1)
+    key = case_key(problem, 1)
     resident = gpu.resident(key, problem, lambda: case)
     assert gpu.resident(key, problem, lambda: case) is resident and gpu.intact(resident)
     assert device_checks.intact_check([resident], gpu) is None
