@@ -34,3 +34,28 @@ def test_without_entries_the_default_is_the_target():
     empty = TABLE.model_copy(update={"entries": []})
     config, why, _ = empty.pick({"T": 7, "D": 1000})
     assert "template default" in why and config["VEC"] == 8  # 1000 = 0 mod 8: the default runs
+
+
+def _table(entries: dict[tuple[int, int], dict[str, int]]) -> DispatchTable:
+    return DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default",
+                         entries=[DispatchEntry(shape={"T": t, "D": d}, config=c) for (t, d), c in entries.items()])
+
+
+def test_a_token_count_inside_its_width_s_tuned_range_takes_that_width_s_nearest_count():
+    """40x14336 lies between 16 and 128 tokens tuned at its width: it takes 16x14336's pick, though
+    32x8192 is nearer by the summed distance (0.78 against 0.92), which the H200 table's 40x14336
+    used to run (3.08 us against torch.compile's 2.62)."""
+    a, b, c = ({**TUNED, "CHUNKS": n} for n in (1, 2, 8))
+    table = _table({(16, 14336): a, (128, 14336): b, (32, 8192): c})
+    assert table.pick({"T": 40, "D": 14336}) == (a, "nearest tuned shape 16x14336", "template")
+    assert table.pick({"T": 100, "D": 14336}) == (b, "nearest tuned shape 128x14336", "template")
+    assert table.pick({"T": 40, "D": 8192}).config == c  # its own width's one count: the summed distance
+
+
+def test_outside_its_width_s_tuned_range_or_at_an_untuned_width_the_summed_distance_decides():
+    a, c = {**TUNED, "CHUNKS": 1}, {**TUNED, "CHUNKS": 4}
+    table = _table({(32, 14336): a, (2048, 8192): c})
+    # 1024 tokens: beyond the one count tuned at 14336, so 2048x8192 (1.25) beats 32x14336 (3.47)
+    assert table.pick({"T": 1024, "D": 14336}) == (c, "nearest tuned shape 2048x8192", "template")
+    assert table.pick({"T": 1500, "D": 5120}).config == c  # a width never tuned
+    assert table.pick({"T": 32, "D": 14336}) == (a, "tuned", "template")
