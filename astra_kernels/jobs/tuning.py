@@ -19,7 +19,7 @@ import math
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,7 +243,9 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     deadline = _clock() + seconds * len(report.shapes) if seconds else None
     plan = cross_plan(winners, report.shapes, spec.symbols, budget.evaluations if budget else None,
                       runs_at=lambda config, s: not isinstance(request("template", s.shape, config), Exclusion))
-    draw_ahead(worker, [request("baseline", s.shape) for s in report.shapes])
+    draw_ahead(worker, (req for config, _, at in plan.measurements for s in at  # those not stored, in its order
+                        if not isinstance(req := request("template", s.shape, config), Exclusion)
+                        and not evaluator.has(req)))
     if parallel > 1:  # measured all at once here, so that _general reads them from the store
         _prefetch_general(plan, request, evaluator, labels, deadline, parallel)
     report.general, report.general_us, cross_measured, report.general_cut = _general(
@@ -426,14 +428,16 @@ class _Requests:
                              stream_timing=False, l2=self.l2)
 
 
-def draw_ahead(worker, requests: list) -> None:
+def draw_ahead(worker, requests: Iterable) -> None:
     """Have a local evaluation worker draw the inputs and float64 references `requests` will be
     checked on, in their order, on its host's other cores ahead of their evaluations
     (tools/measuring/draws.py): drawn one after another as each shape came, the draws took 276 of
     a silu_and_mul sweep's 476 s on an H200 while the GPU idled. A replay draws nothing, and a
     cluster's workers draw where each request lands, so theirs draw as they go."""
-    if isinstance(worker, EvaluationWorker) and requests:
-        worker.call(draws.prefetch, [item for r in requests for item in request_draws(r)])
+    if isinstance(worker, EvaluationWorker):
+        items = {draws.case_key(*item): item for r in requests for item in request_draws(r)}  # each once, in order
+        if items:
+            worker.call(draws.prefetch, list(items.values()))
 
 
 def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,
@@ -445,8 +449,6 @@ def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, eval
     limits = limits_for(worker.device["arch"], worker.device.get("multiprocessors"),
                         worker.device.get("max_shared_per_block_optin"))
     requests = _Requests(folder, report.dtype, report.variant, limits, report.l2)
-
-    draw_ahead(worker, [requests.request("baseline", shape) for shape in shapes])
 
     def verify(shape) -> VerifiedShape:
         if progress:

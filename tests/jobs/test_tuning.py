@@ -455,3 +455,31 @@ def test_a_replay_checks_only_what_its_recording_holds(tmp_path):
         report = run(store, Replay(), strategy="exhaustive")
     assert {r.status for r in report.config_checks} == {"unrecorded", "excluded"}
     assert not report.config_check_failures
+
+
+def test_a_local_worker_is_told_each_draw_ahead_once_in_the_order_the_tune_needs_it(tmp_path, monkeypatch):
+    """tune() hands a local evaluation worker the draws its searches will check on, shape by shape,
+    before the first evaluation (tools/measuring/draws.py draws them on other cores), then those of
+    the cross-measurement not already stored; a replay or a cluster's view is told nothing."""
+    from astra_kernels.tools.measuring import draws
+
+    class Local(ScriptedWorker):
+        told: list = []
+
+        def call(self, function, *args):
+            assert function is draws.prefetch
+            self.told.append([(problem.label, seed) for problem, seed in args[0]])
+
+    monkeypatch.setattr(tuning, "EvaluationWorker", Local)
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        run(store, Local(), strategy="random", budget=Budget(evaluations=3))
+    first = Local.told[0]
+    assert len(first) == len(set(first))  # each draw once
+    labels = list(dict.fromkeys(label for label, _ in first))
+    assert labels == [f"silu_and_mul {FOLDER.spec.label(s)} bf16" for s in SHAPES]  # the searches' order
+    assert {seed for _, seed in first} >= {1, 2}  # the checks' two draws, then the timing's
+    assert len(Local.told) <= 2  # and at most once more, for the cross-measurement's unstored
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        Local.told = []
+        run(store, ScriptedWorker(), strategy="random", budget=Budget(evaluations=3))
+    assert Local.told == []  # not a local worker: nothing drawn ahead

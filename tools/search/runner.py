@@ -107,6 +107,10 @@ class StoredEvaluator:
         self.store = store
         self.run_id = run_id
 
+    def has(self, request: EvaluationRequest) -> bool:
+        """Whether this exact measurement is stored (so asking for it touches no GPU)."""
+        return self.store.has(evaluation_key(request, self.worker.device["name"]))
+
     def __call__(self, request: EvaluationRequest, **labels) -> tuple[EvaluationResult, bool]:
         stop_point()  # every evaluation of a search, a cross-measurement or a check comes here
         key = evaluation_key(request, self.worker.device["name"])
