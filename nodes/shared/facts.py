@@ -189,7 +189,8 @@ def describe_gpu(device: dict, copy_bandwidth_gbs: float | None = None, launch_f
     parts = [say(device[key]) for key, say in _GPU_FACTS if device.get(key)]
     parts += [f"measured copy bandwidth {copy_bandwidth_gbs:.0f} GB/s"] if copy_bandwidth_gbs else []
     if launch_floor_us:
-        parts.append(f"launch floor {launch_floor_us:.2f} us (an empty kernel under CUDA-graph replay)")
+        where = f": {device['launch_floor_from']}" if device.get("launch_floor_from") else ""
+        parts.append(f"launch floor {launch_floor_us:.2f} us (an empty kernel under CUDA-graph replay{where})")
     return "- GPU: " + "; ".join(parts) if parts else ""
 
 

@@ -19,7 +19,7 @@ from astra_kernels.kernels_sglang import recordings, suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore
-from astra_kernels.tools.measuring.probes import empty_request
+from astra_kernels.tools.measuring.probes import record_launch_floor
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
 from astra_kernels.tools.cluster.pool import LOST_RETRIES, KindView
 from astra_kernels.tools.concurrency import map_in_threads
@@ -216,12 +216,16 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
 def launch_floor_us(context, kernel: str) -> float | None:
     """An empty kernel's time under the same CUDA-graph replay: below it no kernel can go, so
     at small shapes it, not bandwidth, is the floor. None where it cannot be measured (a replay
-    holds no such measurement)."""
-    worker = stored_evaluator(context, kernel).worker
-    if not isinstance(worker, (EvaluationWorker, KindView)) or replayed(worker):
+    holds no such measurement, but may hold the launch floor measured beside it: ReplayWorker's
+    device facts). Measured here, it is recorded with the results store's measurements, so a
+    replay of that store has it."""
+    run = stored_evaluator(context, kernel)
+    worker = run.worker
+    if replayed(worker):
+        return (worker.device or {}).get("launch_floor_us")
+    if not isinstance(worker, (EvaluationWorker, KindView)):
         return None
-    result = worker.evaluate(empty_request(stream_timing=False))
-    return result.timing.median_us if result.status == "ok" and result.timing else None
+    return record_launch_floor(worker, run.store)
 
 
 def odd_shapes(context, state: AgentState, candidate: Candidate) -> Candidate:

@@ -84,6 +84,23 @@ def test_describe_gpu_leaves_out_what_it_is_not_given():
     assert "sm_90" in full and "227 KiB" in full and "3900 GB/s" in full and "launch floor 2.13 us" in full
 
 
+def test_a_replay_s_gpu_has_the_launch_floor_its_recording_keeps_and_says_where_it_was_measured(tmp_path):
+    """A replay's prompt used to judge no shape ("not judged": no launch floor); the recording's device
+    facts (scripts/device_facts.py) give its GPU's floor and its source, and the shapes are judged."""
+    from astra_kernels.graph import RunContext
+    from astra_kernels.nodes.shared.measure import launch_floor_us, stored_evaluator
+
+    context = RunContext(replay="recorded", results=str(tmp_path / "results.sqlite"))
+    floor = launch_floor_us(context, "rmsnorm")  # the newest rmsnorm recording: an H100's of 2026-11-27
+    device = stored_evaluator(context, "rmsnorm").worker.device
+    assert floor == device["launch_floor_us"] and 0.5 < floor < 2.0
+    text = describe_gpu(device, None, floor)
+    assert "132 SMs" in text and f"launch floor {floor:.2f} us" in text
+    assert "measured by astra bench on an NVIDIA H100 80GB HBM3 on 2026-11-27" in text
+    judged = describe_shapes([ShapeRow("128x4096", us=3.1, floor_us=1.9, launch_floor_us=floor)])
+    assert "not judged" not in judged and "done" in judged
+
+
 def test_describe_shapes_tells_latency_from_bandwidth_bound_and_done():
     small = ShapeRow("16x4096", us=2.4, floor_us=0.5, launch_floor_us=2.0, baseline_us=3.0)
     large = ShapeRow("2048x14336", us=100.0 / 0.7, floor_us=100.0, launch_floor_us=2.0)

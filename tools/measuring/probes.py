@@ -10,6 +10,7 @@ The empty kernel is the launch floor: no kernel, however small, replays faster t
 from __future__ import annotations
 
 import functools
+from datetime import date
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from astra_kernels.tools.toolchain.ceiling import COPY_SOURCE, MIX_SOURCE, MIX_T
 from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
 from .evaluation import EvaluationRequest, LaunchShape
 from .problem import Case, Param, Problem
+from .results import ResultsStore
 
 EMPTY_SOURCE = r"""
 extern "C" __global__ void empty(int* flag) {
@@ -90,3 +92,19 @@ def empty_request(**measuring) -> EvaluationRequest:
     return EvaluationRequest(source=EMPTY_SOURCE, kernel="empty",
                              launch=LaunchShape(grid=(1,), block=(32,)), problem=problem,
                              label=problem.label, min_launches=200, **measuring)
+
+
+def record_launch_floor(worker, store: ResultsStore) -> float | None:
+    """The launch floor (an empty kernel graph-replayed: empty_request) measured on `worker`'s GPU,
+    and kept with `store`'s measurements as that GPU's device facts (ResultsStore.device_facts)
+    beside its multiprocessor count, so that a replay of the store judges shapes against it as the
+    run did; None where it could not be measured (nothing is recorded then)."""
+    result = worker.evaluate(empty_request(stream_timing=False))
+    if result.status != "ok" or result.timing is None:
+        return None
+    facts = {"launch_floor_us": result.timing.median_us,
+             "launch_floor_from": f"an empty kernel measured with these results, {date.today().isoformat()}"}
+    if worker.device.get("multiprocessors"):
+        facts["multiprocessors"] = worker.device["multiprocessors"]
+    store.record_device_facts(worker.device["name"], facts)
+    return result.timing.median_us

@@ -29,6 +29,11 @@ from .results import ResultsStore, evaluation_key
 from .worker import NothingToStart
 
 
+# The device facts a replay takes from its recording (ResultsStore.device_facts): none of them
+# names the replay or its date, which the worker sets itself.
+REPLAYED_FACTS = ("multiprocessors", "launch_floor_us", "launch_floor_from")
+
+
 class ReplayWorker(NothingToStart):
     """Stands where an EvaluationWorker would; `device` is the recording's GPU."""
 
@@ -51,10 +56,14 @@ class ReplayWorker(NothingToStart):
             raise AstraError(f"{self.store_path} has no measurement from {device!r}; it has "
                              + ", ".join(d for d, _ in devices))
         name, arch = chosen[0]
-        # The recording does not hold the GPU's multiprocessor count: callers fall back to their
-        # default (132, an H100 or H200), and a candidate whose launch depends on it differently
-        # simply finds no record.
-        self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path),
+        # What the recording holds about the GPU beside its measurements (ResultsStore.device_facts:
+        # its multiprocessors, its launch floor and where that was measured), so that a replay judges
+        # its shapes against the floors as the run did. Without a multiprocessor count, callers fall
+        # back to their default (132, an H100 or H200), and a candidate whose launch depends on it
+        # differently simply finds no record.
+        with ResultsStore(self.store_path, read_only=True) as store:
+            facts = {k: v for k, v in store.device_facts(name).items() if k in REPLAYED_FACTS}
+        self.device = {"name": name, "arch": arch, "replay": str(recording or self.store_path), **facts,
                        **({"recorded": when} if (when := self.recorded_date(self.store_path, name)) else {})}
         self.restarts = 0
         self._answers_from: ResultsStore | None = None

@@ -28,6 +28,7 @@ from astra_kernels.tools.toolchain.nvrtc import folder_digest
 from .evaluation import EvaluationRequest, EvaluationResult
 
 SCHEMA_VERSION = 1
+DEVICE_FACTS = "device_facts:"  # a meta row's name prefix: the facts recorded about one GPU (device_facts)
 BUSY_TIMEOUT_MS = 30_000
 
 # (column, SQL type); every column but `result` is also a filter for rows() and count().
@@ -209,6 +210,28 @@ class ResultsStore:
         with self._write():
             self._db.execute(f"INSERT OR REPLACE INTO results ({', '.join(_NAMES)}) "
                              f"VALUES ({', '.join('?' * len(_NAMES))})", [row[n] for n in _NAMES])
+
+    def device_facts(self, device: str) -> dict:
+        """What was recorded beside the measurements about the GPU named `device`
+        (record_device_facts): its multiprocessors, its launch floor, where each came from; {}
+        where nothing was. A replay reads them, so a recording judges its shapes as the run did."""
+        with self._guard("read"):
+            row = self._db.execute("SELECT value FROM meta WHERE name = ?", (DEVICE_FACTS + device,)).fetchone()
+        if row is None:
+            return {}
+        try:
+            facts = json.loads(row[0])
+        except ValueError:
+            raise ResultsStoreError(f"{self.path}: the facts recorded about {device} are not JSON") from None
+        if not isinstance(facts, dict):
+            raise ResultsStoreError(f"{self.path}: the facts recorded about {device} are not a JSON object")
+        return facts
+
+    def record_device_facts(self, device: str, facts: dict) -> None:
+        """Keep `facts` about the GPU named `device` with the store, over those recorded before."""
+        merged = {**self.device_facts(device), **facts}
+        with self._write():
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (DEVICE_FACTS + device, json.dumps(merged)))
 
     def has(self, key: str) -> bool:
         """Whether a result is stored under `key` (without reading it)."""

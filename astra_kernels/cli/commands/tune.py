@@ -164,7 +164,9 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     from astra_kernels.jobs import tuning
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.errors import AstraError, NoGpuError
+    from astra_kernels.tools.measuring.probes import record_launch_floor
     from astra_kernels.tools.measuring.results import ResultsStore
+    from astra_kernels.tools.measuring.worker import EvaluationWorker
     from astra_kernels.tools.search.runner import Budget, StoredEvaluator
 
     folder = suite.load(kernel)
@@ -196,6 +198,8 @@ def _tune_one(args, kernel: str, reports: list) -> int:
             worker_context as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
         start = start or _shipped_start(args, spec, dtype, worker.device["name"])
+        if isinstance(worker, EvaluationWorker):  # the GPU's launch floor, kept for a replay of the store
+            record_launch_floor(worker, store)
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
 
             def progress(label, trial):

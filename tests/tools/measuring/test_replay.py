@@ -192,3 +192,37 @@ def test_a_recorded_worker_answers_everything_from_its_recording(tmp_path):
     again = RecordedWorker(tmp_path / "rec.sqlite.gz")  # the unpacked copy is one, shared, in the cache
     assert again.path == worker.path and again.path.is_file() and str(tmp_path) not in str(again.path)
     again.close()
+
+
+def test_a_store_keeps_device_facts_beside_its_measurements_and_a_replay_reads_them(tmp_path):
+    """A run on a GPU records its launch floor and SM count with its store (probes.record_launch_floor);
+    a replay of the store stands as that GPU with them, so the agent's prompt can judge its shapes."""
+    path = tmp_path / "r.sqlite"
+    _record(path)
+    with ResultsStore(path) as store:
+        assert store.device_facts("Scripted GPU") == {}
+        store.record_device_facts("Scripted GPU", {"launch_floor_us": 0.9, "launch_floor_from": "here"})
+        store.record_device_facts("Scripted GPU", {"multiprocessors": 132})  # merged over what was there
+        assert store.device_facts("Scripted GPU") == {"launch_floor_us": 0.9, "launch_floor_from": "here",
+                                                     "multiprocessors": 132}
+    device = ReplayWorker(path).device
+    assert device["launch_floor_us"] == 0.9 and device["multiprocessors"] == 132 and device["name"] == "Scripted GPU"
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = 'oops' WHERE name = 'device_facts:Scripted GPU'")
+    with pytest.raises(AstraError, match="facts recorded about Scripted GPU are not JSON"):
+        ReplayWorker(path)
+
+
+@pytest.mark.parametrize("kernel", ["rmsnorm", "silu_and_mul"])
+def test_every_shipped_recording_says_its_gpu_s_launch_floor_and_where_it_was_measured(kernel, tmp_path):
+    """scripts/device_facts.py gave the shipped recordings the launch floor astra bench measured on
+    their GPU kind the day they were recorded (their runs kept none), saying so."""
+    from astra_kernels.kernels_sglang import recordings
+
+    for recording in [r for r in recordings.shipped() if r.kernel == kernel]:
+        worker = ReplayWorker.from_recording(recording.path, tmp_path / f"{recording.session}.sqlite")
+        device = worker.device
+        assert 0.5 < device["launch_floor_us"] < 2.0, recording
+        assert device["multiprocessors"] == 132
+        assert "astra bench" in device["launch_floor_from"] and recording.session[:4].upper() in device["name"]
+        assert recording.session.split("-", 1)[1][:10] in device["launch_floor_from"]  # the recording's day
