@@ -1,0 +1,154 @@
+"""Tune every kernel's sweep (issue 42's token axis) on the GPUs of one host, one `astra tune` per GPU.
+
+    python3 -P scripts/sweep_tables.py OUT [--kernels K1,K2] [--l2 cold] [--gpus 0,1,2,3]
+                                       [--budget 6] [--seconds 560] [-- EXTRA TUNE ARGUMENTS]
+
+Each GPU takes the next kernel from a queue (the order given: put the costliest first) and runs
+`astra tune KERNEL --set sweep --budget B --start shipped --l2 L2 --gpu G --out OUT/L2/KERNEL`,
+its output in OUT/logs/KERNEL-L2.log with the time of each line. The local path, not `--ray`: each
+process draws ahead on its own cores (tools/measuring/draws.py), which a cluster's workers do not
+yet, and a kernel's table comes from one GPU, so its picks are compared on one device. At
+`--seconds` every process still running is stopped as Ctrl-C stops it (every evaluation kept in
+its results store), and running the same command again resumes each from its store. OUT/sweep.json
+says per kernel what ended it and how long it took.
+
+Then, on the machine that keeps the repository, `--install KIND` copies each finished kernel's
+dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
+results store, gzip'd, to kernels_sglang/recorded/KIND-DATE/ (replays read a kernel's newest
+recording, so no warm one is shipped), after checking that the table was tuned on a GPU of that
+kind in that regime. No GPU is needed for --install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "topk_softmax", "rotary_embedding",
+           "per_token_group_quant_fp8", "merge_attn_states")
+
+
+def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: int, seconds: float,
+             extra: list[str]) -> dict:
+    queue = list(kernels)
+    taken = threading.Lock()
+    deadline = time.monotonic() + seconds
+    summary: dict[str, dict] = {}
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+
+    def next_kernel() -> str | None:
+        with taken:
+            return queue.pop(0) if queue else None
+
+    def gpu_worker(gpu: int) -> None:
+        while (kernel := next_kernel()) is not None:
+            if time.monotonic() >= deadline:
+                summary[kernel] = {"gpu": gpu, "ended": "not started (out of time)"}
+                continue
+            command = [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", kernel, "--set", "sweep",
+                       "--budget", str(budget), "--start", "shipped", "--l2", l2, "--gpu", str(gpu),
+                       "--out", str(out / l2 / kernel), *extra]
+            started = time.monotonic()
+            with open(out / "logs" / f"{kernel}-{l2}.log", "a") as log:
+                log.write(f"{datetime.now(UTC):%H:%M:%S} $ {' '.join(command)}\n")
+                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                timer = threading.Timer(max(0.0, deadline - time.monotonic()),
+                                        lambda: os.killpg(process.pid, signal.SIGTERM))
+                timer.start()
+                try:
+                    for line in process.stdout:
+                        log.write(f"{datetime.now(UTC):%H:%M:%S} {line}")
+                        log.flush()
+                    code = process.wait()
+                finally:
+                    timer.cancel()
+                    if process.poll() is None:
+                        os.killpg(process.pid, signal.SIGKILL)
+            ended = {0: "finished", 143: "stopped at --seconds (resume: the same command)"}.get(code, f"exit {code}")
+            summary[kernel] = {"gpu": gpu, "ended": ended, "seconds": round(time.monotonic() - started, 1)}
+
+    threads = [threading.Thread(target=gpu_worker, args=(gpu,)) for gpu in gpus]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    result = {"l2": l2, "budget": budget, "gpus": gpus, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+              "kernels": {k: summary[k] for k in kernels if k in summary}}
+    (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def install(out: Path, kind: str) -> int:
+    """Each finished kernel's table and store into the repository's shipped tables and recordings;
+    nothing is installed if any finished table was tuned on another GPU kind or regime."""
+    finished = []
+    for l2 in ("cold", "warm"):
+        for folder in sorted((out / l2).glob("*")) if (out / l2).is_dir() else []:
+            table, report, store = folder / "dispatch.json", folder / "report.json", folder / "results.sqlite"
+            if not (table.is_file() and report.is_file() and store.is_file()):
+                print(f"{folder}: no finished tune (dispatch.json, report.json, results.sqlite); left out")
+                continue
+            facts = json.loads(report.read_text())
+            if kind.lower() not in facts.get("device", "").lower() or facts.get("l2") != l2:
+                print(f"{folder}: tuned on {facts.get('device')!r} with {facts.get('l2')} L2, not a {kind} "
+                      f"with {l2} L2; nothing installed", file=sys.stderr)
+                return 2
+            finished.append((folder, l2, facts.get("date", "")[:10]))
+    for folder, l2, day in finished:
+        tables = ROOT / "kernels_sglang" / "tuned" / kind.lower() / ("warm" if l2 == "warm" else "")
+        tables.mkdir(parents=True, exist_ok=True)
+        kept = tables / f"{folder.name}.json"
+        shutil.copyfile(folder / "dispatch.json", kept)
+        if l2 == "warm":  # replays read a kernel's newest recording, which must stay a cold one
+            print(f"{folder.name} (warm): {kept}; its store stays in {folder / 'results.sqlite'} "
+                  "(no warm recordings are shipped)")
+            continue
+        recorded = ROOT / "kernels_sglang" / "recorded" / f"{kind.lower()}-{day}"
+        recorded.mkdir(parents=True, exist_ok=True)
+        with open(folder / "results.sqlite", "rb") as source, open(recorded / f"{folder.name}.sqlite.gz", "wb") as raw, \
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as target:
+            shutil.copyfileobj(source, target)
+        print(f"{folder.name} (cold): {kept}, {recorded / (folder.name + '.sqlite.gz')}")
+    return 0 if finished else 1
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--kernels", default=",".join(KERNELS))
+    parser.add_argument("--l2", choices=("cold", "warm"), default="cold")
+    parser.add_argument("--gpus", default="0", help="comma-separated GPU indices, one tune at a time on each")
+    parser.add_argument("--budget", type=int, default=6, help="evaluations per shape")
+    parser.add_argument("--seconds", type=float, default=560.0, help="stop every tune still running after this")
+    parser.add_argument("--install", metavar="KIND", help="no tuning: install OUT's finished tables as KIND's (h100, h200)")
+    args = parser.parse_args(argv)
+    if args.install:
+        return install(args.out, args.install)
+    try:
+        gpus = [int(g) for g in args.gpus.split(",")]
+    except ValueError:
+        parser.error(f"--gpus {args.gpus!r}: comma-separated GPU indices")
+    result = tune_all(args.out, [k for k in args.kernels.split(",") if k], args.l2, gpus, args.budget,
+                      args.seconds, extra)
+    for kernel, facts in result["kernels"].items():
+        print(f"{kernel}: {facts['ended']}" + (f" in {facts['seconds']} s on GPU {facts['gpu']}" if "seconds" in facts else ""))
+    return 0 if all(f["ended"] == "finished" for f in result["kernels"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

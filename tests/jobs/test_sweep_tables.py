@@ -1,0 +1,64 @@
+"""scripts/sweep_tables.py without a GPU: --install puts a finished tune's table and store where the
+shipped ones live, only for the GPU kind and regime it was tuned on; and the per-GPU queue runs each
+kernel's tune once, on a replay here."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module():
+    spec = importlib.util.spec_from_file_location("sweep_tables", ROOT / "scripts" / "sweep_tables.py")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def finished(out: Path, l2: str, kernel: str, device: str = "NVIDIA H200") -> Path:
+    folder = out / l2 / kernel
+    folder.mkdir(parents=True)
+    (folder / "dispatch.json").write_text('{"kernel": "%s"}' % kernel)
+    (folder / "report.json").write_text(json.dumps({"device": device, "l2": l2, "date": "2026-11-29T01:02:03"}))
+    (folder / "results.sqlite").write_bytes(b"store " + kernel.encode())
+    return folder
+
+
+def test_install_puts_tables_and_cold_stores_where_the_shipped_ones_live(tmp_path, monkeypatch):
+    sweep = module()
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(sweep, "ROOT", repo)
+    out = tmp_path / "out"
+    finished(out, "cold", "rmsnorm")
+    finished(out, "warm", "rmsnorm")
+    (out / "cold" / "silu_and_mul").mkdir(parents=True)  # stopped before its table: left out
+    assert sweep.install(out, "h200") == 0
+    assert json.loads((repo / "kernels_sglang/tuned/h200/rmsnorm.json").read_text()) == {"kernel": "rmsnorm"}
+    assert (repo / "kernels_sglang/tuned/h200/warm/rmsnorm.json").is_file()
+    assert gzip.decompress((repo / "kernels_sglang/recorded/h200-2026-11-29/rmsnorm.sqlite.gz").read_bytes()) \
+        == b"store rmsnorm"
+    assert not (repo / "kernels_sglang/tuned/h200/silu_and_mul.json").exists()
+    assert sorted(p.name for p in (repo / "kernels_sglang/recorded").iterdir()) == ["h200-2026-11-29"]
+
+
+def test_install_refuses_a_table_tuned_on_another_gpu_kind(tmp_path, monkeypatch, capsys):
+    sweep = module()
+    monkeypatch.setattr(sweep, "ROOT", tmp_path / "repo")
+    finished(tmp_path / "out", "cold", "rmsnorm", device="NVIDIA H100 80GB HBM3")
+    assert sweep.install(tmp_path / "out", "h200") == 2
+    assert "not a h200" in capsys.readouterr().err and not (tmp_path / "repo").exists()
+
+
+def test_each_kernel_is_tuned_once_by_the_gpu_that_takes_it(tmp_path):
+    sweep = module()
+    result = sweep.tune_all(tmp_path / "out", ["merge_attn_states"], "cold", [0, 1], budget=1, seconds=600,
+                            extra=["--replay", "recorded", "--sample", "1"])
+    facts = result["kernels"]["merge_attn_states"]
+    assert facts["ended"] == "finished", (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()[-2000:]
+    log = (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()
+    assert log.count("$ ") == 1 and "--set sweep" in log and f"--gpu {facts['gpu']}" in log
+    assert json.loads((tmp_path / "out/sweep.json").read_text())["kernels"] == result["kernels"]
