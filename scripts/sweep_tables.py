@@ -10,7 +10,9 @@ process draws ahead on its own cores (tools/measuring/draws.py), which a cluster
 yet, and a kernel's table comes from one GPU, so its picks are compared on one device. At
 `--seconds` every process still running is stopped as Ctrl-C stops it (every evaluation kept in
 its results store), and running the same command again resumes each from its store. OUT/sweep.json
-says per kernel what ended it and how long it took.
+says per kernel what ended it and how long it took. `--bench` runs `astra bench --set sweep` the
+same way, each kernel's table tuned here (else the shipped one) beside torch.compile, into
+OUT/bench-L2/KERNEL (OUT/bench.json the summary).
 
 Then, on the machine that keeps the repository, `--install KIND` copies each finished kernel's
 dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
@@ -39,8 +41,22 @@ KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "topk_softmax", "rota
            "per_token_group_quant_fp8", "merge_attn_states")
 
 
+def tune_command(out: Path, kernel: str, l2: str, gpu: int, budget: int, extra: list[str]) -> list[str]:
+    return [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", kernel, "--set", "sweep", "--budget", str(budget),
+            "--start", "shipped", "--l2", l2, "--gpu", str(gpu), "--out", str(out / l2 / kernel), *extra]
+
+
+def bench_command(out: Path, kernel: str, l2: str, gpu: int, budget: int, extra: list[str]) -> list[str]:
+    """The sweep's benchmark of the kernel's table tuned here (else the shipped one) beside
+    torch.compile, in the same regime, on the same GPU kind."""
+    tuned = out / l2 / kernel
+    return [sys.executable, "-P", "-m", "astra_kernels.cli", "bench", "--kernels", kernel, "--set", "sweep",
+            *(["--tuned", str(tuned)] if (tuned / "dispatch.json").is_file() else []), "--torch", "compile",
+            "--l2", l2, "--gpu", str(gpu), "--out", str(out / f"bench-{l2}" / kernel), *extra]
+
+
 def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: int, seconds: float,
-             extra: list[str]) -> dict:
+             extra: list[str], command=tune_command) -> dict:
     queue = list(kernels)
     taken = threading.Lock()
     deadline = time.monotonic() + seconds
@@ -56,13 +72,11 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
             if time.monotonic() >= deadline:
                 summary[kernel] = {"gpu": gpu, "ended": "not started (out of time)"}
                 continue
-            command = [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", kernel, "--set", "sweep",
-                       "--budget", str(budget), "--start", "shipped", "--l2", l2, "--gpu", str(gpu),
-                       "--out", str(out / l2 / kernel), *extra]
+            argv = command(out, kernel, l2, gpu, budget, extra)
             started = time.monotonic()
-            with open(out / "logs" / f"{kernel}-{l2}.log", "a") as log:
-                log.write(f"{datetime.now(UTC):%H:%M:%S} $ {' '.join(command)}\n")
-                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            with open(out / "logs" / f"{kernel}-{l2}{'-bench' if command is bench_command else ''}.log", "a") as log:
+                log.write(f"{datetime.now(UTC):%H:%M:%S} $ {' '.join(argv)}\n")
+                process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
                 timer = threading.Timer(max(0.0, deadline - time.monotonic()),
                                         lambda: os.killpg(process.pid, signal.SIGTERM))
@@ -86,7 +100,8 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
         thread.join()
     result = {"l2": l2, "budget": budget, "gpus": gpus, "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "kernels": {k: summary[k] for k in kernels if k in summary}}
-    (out / "sweep.json").write_text(json.dumps(result, indent=1) + "\n")
+    name = "bench.json" if command is bench_command else "sweep.json"
+    (out / name).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
 
@@ -135,6 +150,9 @@ def main() -> int:
     parser.add_argument("--gpus", default="0", help="comma-separated GPU indices, one tune at a time on each")
     parser.add_argument("--budget", type=int, default=6, help="evaluations per shape")
     parser.add_argument("--seconds", type=float, default=560.0, help="stop every tune still running after this")
+    parser.add_argument("--bench", action="store_true",
+                        help="instead of tuning: time each kernel's sweep with OUT's table (else the shipped one) beside "
+                             "torch.compile, OUT/bench-L2/KERNEL (render them together: astra bench --from)")
     parser.add_argument("--install", metavar="KIND", help="no tuning: install OUT's finished tables as KIND's (h100, h200)")
     args = parser.parse_args(argv)
     if args.install:
@@ -144,7 +162,7 @@ def main() -> int:
     except ValueError:
         parser.error(f"--gpus {args.gpus!r}: comma-separated GPU indices")
     result = tune_all(args.out, [k for k in args.kernels.split(",") if k], args.l2, gpus, args.budget,
-                      args.seconds, extra)
+                      args.seconds, extra, bench_command if args.bench else tune_command)
     for kernel, facts in result["kernels"].items():
         print(f"{kernel}: {facts['ended']}" + (f" in {facts['seconds']} s on GPU {facts['gpu']}" if "seconds" in facts else ""))
     return 0 if all(f["ended"] == "finished" for f in result["kernels"].values()) else 1

@@ -62,3 +62,13 @@ def test_each_kernel_is_tuned_once_by_the_gpu_that_takes_it(tmp_path):
     log = (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()
     assert log.count("$ ") == 1 and "--set sweep" in log and f"--gpu {facts['gpu']}" in log
     assert json.loads((tmp_path / "out/sweep.json").read_text())["kernels"] == result["kernels"]
+
+
+def test_the_bench_of_a_kernel_takes_the_table_tuned_here_when_there_is_one(tmp_path):
+    sweep = module()
+    argv = sweep.bench_command(tmp_path, "rmsnorm", "warm", 2, 6, [])
+    assert "--tuned" not in argv and argv[argv.index("--gpu") + 1] == "2" and argv[argv.index("--l2") + 1] == "warm"
+    finished(tmp_path, "warm", "rmsnorm")
+    argv = sweep.bench_command(tmp_path, "rmsnorm", "warm", 2, 6, [])
+    assert argv[argv.index("--tuned") + 1] == str(tmp_path / "warm" / "rmsnorm")
+    assert argv[argv.index("--out") + 1] == str(tmp_path / "bench-warm" / "rmsnorm") and "--set" in argv
