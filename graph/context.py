@@ -29,7 +29,7 @@ class RunContext:
     model: str | None = None  # "provider:name", e.g. "openai:o4-mini"; None runs the rule-based planner
     base_url: str | None = None  # an OpenAI-compatible server: vLLM, Ollama, SGLang
     temperature: float | None = None
-    reasoning_effort: str | None = None  # "low" | "medium" | "high" for reasoning models
+    reasoning_effort: str | None = None  # "low" | "medium" | "high" for reasoning models (None: the model's preset)
     # A role's own model and settings; unset, the role takes `model`, `temperature`, `reasoning_effort`.
     # The planner reasons over facts and answers in JSON; the coder (generator and templater) writes kernels.
     planner_model: str | None = None
@@ -40,8 +40,10 @@ class RunContext:
     coder_reasoning_effort: str | None = None
     # Output tokens per answer: a plan is a short JSON object, a kernel a file of a few hundred
     # lines; without a cap a small model writes until its context ends (7,652 tokens in 354 s).
-    planner_max_tokens: int = 2048
-    coder_max_tokens: int = 8192
+    # None: the model's preset (nodes/shared/presets.py: 2048 and 8192 for a chat model, more for a
+    # reasoning model, whose cap counts its thinking).
+    planner_max_tokens: int | None = None
+    coder_max_tokens: int | None = None
     timeout_s: float = 180.0  # per model request; a request that times out is a failed answer, not retried
     max_retries: int = 4  # per model request, on 429, 5xx and connection errors, with backoff
     rounds: int = 4  # planner decisions before the reporter

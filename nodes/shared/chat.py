@@ -39,6 +39,7 @@ from astra_kernels.redaction import redact
 from astra_kernels.tools.errors import AstraError
 
 from . import answers
+from .presets import preset
 
 PROMPTS = Path(__file__).parents[1] / "prompts"
 # The providers `init_chat_model` knows (its documentation's list), each with the integration
@@ -94,14 +95,18 @@ def prompt(name: str, **values: str) -> str:
 
 
 def role_settings(context, role: str) -> dict:
-    """The model and settings of one role ("planner" or "coder"): its own where set, else the run's."""
+    """The model and settings of one role ("planner" or "coder"): its own where set, else the run's,
+    else the model's preset (nodes/shared/presets.py: a reasoning model's caps leave room to think)."""
     def own(name):
         return getattr(context, f"{role}_{name}", None)
 
-    return {"model": own("model") or context.model,
+    model = own("model") or context.model
+    defaults = preset(model)
+    return {"model": model,
             "temperature": own("temperature") if own("temperature") is not None else context.temperature,
-            "reasoning_effort": own("reasoning_effort") or context.reasoning_effort,
-            "max_tokens": own("max_tokens")}
+            "reasoning_effort": own("reasoning_effort") or context.reasoning_effort or defaults.reasoning_effort,
+            "max_tokens": own("max_tokens") or defaults.max_tokens(role),
+            "preset": defaults.name}
 
 
 

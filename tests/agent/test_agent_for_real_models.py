@@ -300,6 +300,26 @@ def test_built_models_carry_the_roles_token_caps_and_no_client_retries():
     assert (coder.model_name, coder.max_tokens, coder.max_retries) == ("b", 5000, 0)
 
 
+def test_a_reasoning_model_gets_caps_that_leave_room_to_think_unless_told_otherwise(monkeypatch):
+    """The README's o4-mini with the chat caps (2048 for a plan, counting its reasoning) had its plans
+    cut off; its preset leaves room to think and says the reasoning effort, and what a run or a role
+    sets still wins."""
+    from astra_kernels.nodes.shared.chat import make_chat_model, role_settings
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    ctx = RunContext(model="openai:o4-mini", coder_model="openai:gpt-4o")
+    planner = role_settings(ctx, "planner")
+    assert (planner["max_tokens"], planner["reasoning_effort"], planner["preset"]) == \
+        (16384, "medium", "an OpenAI reasoning model")
+    coder = role_settings(ctx, "coder")
+    assert (coder["max_tokens"], coder["reasoning_effort"]) == (8192, None)  # a chat model's
+    built = make_chat_model(ctx, "planner")
+    assert (built.max_tokens, built.reasoning_effort) == (16384, "medium")
+    told = RunContext(model="deepseek:deepseek-reasoner", planner_max_tokens=500, reasoning_effort="low")
+    assert role_settings(told, "planner")["max_tokens"] == 500 and role_settings(told, "coder")["max_tokens"] == 32768
+    assert role_settings(told, "planner")["reasoning_effort"] == "low"
+
+
 def test_the_l2_regime_reaches_every_evaluation_and_the_table(tmp_path):
     """`--l2 warm`: the baseline, the rewrite and the tuner's searches are all timed warm, and the
     result's dispatch table says so."""

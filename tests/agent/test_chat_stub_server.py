@@ -10,6 +10,7 @@ import time
 import pytest
 from support.reliability_stub import FaultyEndpoint, Reply
 
+from astra_kernels.nodes.shared.presets import CHAT
 from astra_kernels.graph import RunContext, build_graph
 from astra_kernels.graph.state import Decision
 from astra_kernels.nodes.shared.chat import (
@@ -42,7 +43,7 @@ def test_structured_output_through_the_real_client(stub):
     assert sent["model"] == "stub-model" and '"action"' in sent["messages"][0]["content"]  # the schema
     assert sent["response_format"]["type"] == "json_schema"  # and the provider's structured output
     assert sent["response_format"]["json_schema"]["schema"]["properties"]["action"]["enum"][0] == "rewrite"
-    assert (sent.get("max_completion_tokens") or sent.get("max_tokens")) == RunContext().planner_max_tokens  # a cap
+    assert (sent.get("max_completion_tokens") or sent.get("max_tokens")) == CHAT.planner_max_tokens  # the preset's cap
 
 
 @pytest.mark.parametrize("stub", [[Reply("slow down", status=429), json.dumps(PLAN)]], indirect=True)

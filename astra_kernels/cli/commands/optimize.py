@@ -18,6 +18,7 @@ from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
 def add_parser(sub) -> None:
     from astra_kernels.graph.context import RunContext
+    from astra_kernels.nodes.shared.presets import CHAT, REASONING
     from astra_kernels.tools.search.strategies import STRATEGIES
 
     defaults = RunContext()  # the agent's defaults are RunContext's, whoever starts the run
@@ -34,8 +35,10 @@ def add_parser(sub) -> None:
     optimize.add_argument("--planner-reasoning-effort", choices=["low", "medium", "high"])
     optimize.add_argument("--coder-reasoning-effort", choices=["low", "medium", "high"])
     optimize.add_argument("--max-tokens", type=positive_int, metavar="N",
-                          help=f"output tokens per answer, every role (default: planner {defaults.planner_max_tokens}, "
-                               f"coder {defaults.coder_max_tokens})")
+                          help=f"output tokens per answer, every role (default: the model's preset: planner "
+                               f"{CHAT.planner_max_tokens}, coder {CHAT.coder_max_tokens}; a reasoning model "
+                               f"(o1-o4, gpt-5, *-reasoner, *-r1, qwq) {REASONING.planner_max_tokens} and "
+                               f"{REASONING.coder_max_tokens})")
     optimize.add_argument("--candidates", type=positive_int, default=defaults.candidates, metavar="N",
                           help=f"rewrites asked for each round, compiled in parallel, timed one by one "
                                f"(default {defaults.candidates})")
