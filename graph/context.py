@@ -45,6 +45,11 @@ class RunContext:
     planner_max_tokens: int | None = None
     coder_max_tokens: int | None = None
     timeout_s: float = 180.0  # per model request; a request that times out is a failed answer, not retried
+    # Tokens (in and out, as the servers report them) the run's model requests may use in all; once
+    # spent no request is sent: the planner takes the rules (search alone) and a draft fails saying
+    # so. None: no limit. Checked before each request, so drafts asked side by side can pass it by
+    # their own requests; answers whose server reports no usage count nothing.
+    token_budget: int | None = None
     max_retries: int = 4  # per model request, on 429, 5xx and connection errors, with backoff
     rounds: int = 4  # planner decisions before the reporter
     candidates: int = 1  # rewrites asked for each round (best-of-N), compiled in parallel, timed one by one

@@ -101,7 +101,8 @@ class ModelCall(BaseModel):
     seconds: float
     input_tokens: int | None = None
     output_tokens: int | None = None
-    outcome: Literal["answered", "failed", "timed_out"] = "answered"
+    # "not_sent": never sent, the run's token budget being spent (RunContext.token_budget)
+    outcome: Literal["answered", "failed", "timed_out", "not_sent"] = "answered"
     truncated: bool = False  # answered, but cut off at the output cap (finish_reason length)
 
 

@@ -23,7 +23,7 @@ from astra_kernels.tools.errors import AstraError
 
 from astra_kernels.nodes.shared import answers
 from astra_kernels.nodes.shared.attempts import first_line, front_holders, held_shapes, history_text, repair_messages
-from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt
+from astra_kernels.nodes.shared.chat import BudgetSpent, ask_code, from_messages, prompt, role_asker
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
@@ -69,7 +69,7 @@ def _direction(optimizations: list[str], slot: int, slots: int) -> str:
 def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     slot = state.get("slot", 0)
-    asker = Asker(make_chat_model(context, "coder"), "coder", retries=context.max_retries)
+    asker = role_asker(context, "coder", state)
     decision = Decision.model_validate(state["decision"])
     previous = next((Candidate.model_validate(d) for d in state.get("drafts", []) if d["slot"] == slot), None)
     if previous is not None:  # a repair, in the conversation that made the failed draft
@@ -80,7 +80,7 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                           idea=decision.optimizations, slot=slot, attempts=attempts)
     try:
         if time.time() - state["started_at"] > context.wall_seconds:
-            raise AstraError(f"not asked: the wall-time budget of {context.wall_seconds:.0f} s is spent")
+            raise BudgetSpent(f"not asked: the wall-time budget of {context.wall_seconds:.0f} s is spent")
         code, words, conversation = ask_code(asker, messages)
         candidate = candidate.model_copy(update={"source": code, "rationale": words[:2000],
                                                  "conversation": from_messages(conversation)})
@@ -95,6 +95,8 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         conversation = candidate.conversation or from_messages(getattr(exc, "conversation", None) or messages)
         candidate = candidate.model_copy(update={"verdict": "invalid", "message": str(exc),
                                                  "conversation": conversation})
+        if isinstance(exc, BudgetSpent):  # no repair could be asked either: the slot is done
+            candidate.attempts = context.retries + 1
     update = {"drafts": [candidate.model_dump()], "calls": asker.calls}
     if candidate.verdict == "pending":
         line = say("generator", f"candidate {candidate.id} (slot {slot}, attempt {attempts}): "

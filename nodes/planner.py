@@ -20,7 +20,7 @@ from astra_kernels.graph.state import AgentState, Decision
 
 from astra_kernels.nodes.shared.attempts import history_text, holder, template_key
 from astra_kernels.nodes.shared.chat import (
-    Asker, MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt,
+    MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt, role_asker,
 )
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.progress import say
@@ -49,7 +49,7 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         user = prompt("planner", facts=model_facts(state), tried=history_text(state), source=best.source,
                       holder=f"candidate {best.id} ({best.origin})", tuned=tuned, round=str(done + 1),
                       rounds=str(context.rounds), candidates=str(context.candidates))
-        asker = Asker(model, "planner", retries=context.max_retries)
+        asker = role_asker(context, "planner", state, model)
         try:
             decision = ask_structured(asker, prompt("planner_system"), user, Decision)
         except (MalformedAnswer, ModelUnavailable) as exc:

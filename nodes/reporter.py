@@ -59,8 +59,9 @@ def cost_lines(models: dict) -> list[str]:
     for role, c in models.items():
         cut = (f", {c['truncated']} answers cut off at the output cap (an unusable one is asked again once "
                f"with {TRUNCATED_CAP_FACTOR}x the cap where the cap is known)") if c.get("truncated") else ""
+        unsent = (f"; {c['not_sent']} not sent, the run's token budget being spent" if c.get("not_sent") else "")
         lines.append(f"- {role}: {c['calls']} requests ({c['failed']} failed, {c['timed_out']} timed out{cut}), "
-                     f"{token_text(c)}, {c['seconds']:.1f} s")
+                     f"{token_text(c)}, {c['seconds']:.1f} s{unsent}")
     if len(models) > 1:
         total = {k: sum(c.get(k, 0) for c in models.values())
                  for k in ("calls", "input_tokens", "output_tokens", "unreported", "seconds")}
@@ -74,7 +75,11 @@ def costs(state: AgentState) -> dict:
     roles: dict[str, dict] = {}
     for call in state.get("calls", []):
         role = roles.setdefault(call["role"], {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
-                                               "output_tokens": 0, "unreported": 0, "truncated": 0, "seconds": 0.0})
+                                               "output_tokens": 0, "unreported": 0, "truncated": 0, "seconds": 0.0,
+                                               "not_sent": 0})
+        if call["outcome"] == "not_sent":  # stopped by the token budget: no request, no tokens
+            role["not_sent"] += 1
+            continue
         role["calls"] += 1
         role["failed"] += call["outcome"] == "failed"
         role["timed_out"] += call["outcome"] == "timed_out"

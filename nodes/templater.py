@@ -24,7 +24,7 @@ from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.toolchain.compiler import compile_source
 
 from astra_kernels.nodes.shared.attempts import failed, holder, repair_messages, template_key
-from astra_kernels.nodes.shared.chat import Asker, ask_code, from_messages, make_chat_model, prompt
+from astra_kernels.nodes.shared.chat import BudgetSpent, ask_code, from_messages, prompt, role_asker
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
 from astra_kernels.nodes.shared.progress import say
@@ -42,7 +42,7 @@ def searched(state: AgentState) -> str:
 
 def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
-    asker = Asker(make_chat_model(context, "coder"), "coder", retries=context.max_retries)
+    asker = role_asker(context, "coder", state)
     decision = Decision.model_validate(state["decision"])
     folder = suite.load(state["kernel"])
     previous = state.get("candidate")
@@ -76,8 +76,10 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     except AstraError as exc:  # an unusable answer, a malformed template, an excluded default
         if getattr(exc, "conversation", None):
             candidate = candidate.model_copy(update={"conversation": from_messages(exc.conversation)})
-        return {**failed(state, candidate.model_copy(update={"verdict": "invalid", "message": str(exc)}),
-                         "templater"), "calls": asker.calls}
+        update = failed(state, candidate.model_copy(update={"verdict": "invalid", "message": str(exc)}), "templater")
+        if isinstance(exc, BudgetSpent):  # no repair could be asked either: back to the planner
+            update["retries"] = context.retries + 1
+        return {**update, "calls": asker.calls}
     candidate = candidate.model_copy(update={"verdict": "passed"})
     line = say("templater", f"candidate {candidate.id}: a template of {len(template.parameters)} parameters, "
                             f"{template.size()} configurations before constraints")

@@ -78,6 +78,20 @@ class ModelTimedOut(ModelUnavailable):
     """A request outlived its timeout: a failed answer, never sent again."""
 
 
+class BudgetSpent(ModelUnavailable):
+    """A budget of the run (its wall time, its tokens) is spent: the request was not sent, and no
+    repair could be either."""
+
+
+class TokenBudgetSpent(BudgetSpent):
+    """The run's token budget is spent (RunContext.token_budget)."""
+
+
+def tokens_used(calls: list[dict]) -> int:
+    """The tokens the servers reported for `calls` (ModelCall records), in and out; unknown counts 0."""
+    return sum((c.get("input_tokens") or 0) + (c.get("output_tokens") or 0) for c in calls)
+
+
 def _endpoint(context) -> str:
     """Where the model is, fit to print: a base URL without its credentials or query string."""
     if not context.base_url:
@@ -199,17 +213,26 @@ class Asker:
     """Asks one role's model and accounts for every request: the run's costs per role come from
     these records, and a request that failed is recorded as failed, not forgotten."""
 
-    def __init__(self, model: BaseChatModel, role: str, retries: int = 4, backoff_s: float = 1.0):
+    def __init__(self, model: BaseChatModel, role: str, retries: int = 4, backoff_s: float = 1.0,
+                 budget: int | None = None, spent: int = 0):
+        """`budget`: the run's token budget (RunContext.token_budget), of which `spent` was used by
+        the requests before this asker's (tokens_used of the state's calls)."""
         self.model, self.role, self.retries, self.backoff_s = model, role, retries, backoff_s
+        self.budget, self.spent = budget, spent
         self.calls: list[dict] = []
 
     def invoke(self, messages: list[BaseMessage], **bind) -> BaseMessage:
-        """The model's answer, or ModelUnavailable (ModelTimedOut for a timeout) saying why there
-        is none. Any exception counts: providers raise their own types, and a non-chat body
-        surfaces as ValueError or TypeError."""
+        """The model's answer, or ModelUnavailable (ModelTimedOut for a timeout, TokenBudgetSpent
+        for a request the budget stops) saying why there is none. Any exception counts: providers
+        raise their own types, and a non-chat body surfaces as ValueError or TypeError."""
         runnable = self.model.bind(**bind) if bind else self.model
         timeouts = 0
         for attempt in range(self.retries + 1):
+            used = self.spent + tokens_used(self.calls)
+            if self.budget is not None and used >= self.budget:
+                self.calls.append(ModelCall(role=self.role, seconds=0.0, outcome="not_sent").model_dump())
+                raise TokenBudgetSpent(f"the run's token budget of {self.budget} is spent ({used} used); "
+                                       "the request was not sent")
             started = time.monotonic()
             try:
                 answer = runnable.invoke(messages)
@@ -238,6 +261,13 @@ class Asker:
     def _record(self, started: float, outcome: str, tokens_in=None, tokens_out=None, truncated: bool = False) -> None:
         self.calls.append(ModelCall(role=self.role, seconds=round(time.monotonic() - started, 3), outcome=outcome,
                                     input_tokens=tokens_in, output_tokens=tokens_out, truncated=truncated).model_dump())
+
+
+def role_asker(context, role: str, state, model: BaseChatModel | None = None) -> Asker:
+    """The role's Asker in this run: the role's model (or `model`), the run's retries, and its token
+    budget less what the run's requests so far used (the state's calls)."""
+    return Asker(model or make_chat_model(context, role), role, retries=context.max_retries,
+                 budget=context.token_budget, spent=tokens_used(state.get("calls") or []))
 
 
 def _failure_kind(exc: Exception) -> str:

@@ -375,3 +375,23 @@ def test_each_slot_starts_from_its_own_parent_with_its_own_direction(tmp_path):
     latest, other = max(a, b, key=lambda c: c["id"]), min(a, b, key=lambda c: c["id"])
     assert latest["source"] in round2[0] and f"candidate {latest['id']} (rewrite), the fastest measured at" in round2[0]
     assert other["source"] in round2[1] and f"candidate {other['id']} (rewrite), the fastest measured at" in round2[1]
+
+
+def test_once_the_token_budget_is_spent_no_request_is_sent_and_the_rules_take_over(tmp_path):
+    """A plan that uses 160 tokens of a 150-token budget is the run's last request: the draft it asked
+    for is never sent (a failed draft saying why), the next plan comes from the rules, and the report
+    counts the requests not sent."""
+    from langchain_core.messages import AIMessage
+
+    from astra_kernels.nodes.reporter import cost_lines
+
+    plan = AIMessage(content=decision("rewrite"), usage_metadata={"input_tokens": 100, "output_tokens": 60,
+                                                                   "total_tokens": 160})
+    model = ScriptedChatModel(answers=["ready", plan, code_answer("us=1.0"), decision("stop")])
+    result = run(tmp_path, model, token_budget=150, rounds=2)
+    assert len(model.seen) == 2  # the preflight and the one plan: nothing after the budget was spent
+    drafts = [c for c in result["history"] if c["origin"] == "rewrite"]
+    assert len(drafts) == 1 and "token budget of 150 is spent" in drafts[0]["message"]  # and not repaired
+    assert [c["origin"] for c in result["history"]] == ["rewrite", "tune"]  # round 2 by the rules: search alone
+    lines = "\n".join(cost_lines(result["report"]["costs"]["models"]))
+    assert "not sent, the run's token budget being spent" in lines and "100 tokens in, 60 out" in lines

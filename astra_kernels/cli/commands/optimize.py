@@ -44,6 +44,9 @@ def add_parser(sub) -> None:
                                f"(default {defaults.candidates})")
     optimize.add_argument("--timeout", type=positive_seconds, default=defaults.timeout_s,
                           help=f"seconds per model request (default {defaults.timeout_s:g})")
+    optimize.add_argument("--token-budget", type=positive_int, metavar="N",
+                          help="tokens (in and out) the run's model requests may use in all; once spent, no request "
+                               "is sent: the planner takes the rules and a draft fails saying so (default: no limit)")
     optimize.add_argument("--rounds", type=positive_int, default=defaults.rounds,
                           help=f"planner decisions (default {defaults.rounds})")
     optimize.add_argument("--retries", type=count, default=defaults.retries,
@@ -105,7 +108,7 @@ def _optimize(args) -> int:
         planner_reasoning_effort=args.planner_reasoning_effort, coder_reasoning_effort=args.coder_reasoning_effort,
         **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
         candidates=args.candidates,
-        timeout_s=args.timeout, rounds=args.rounds, retries=args.retries,
+        timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds, retries=args.retries,
         wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2, tune_seconds=args.tune_seconds, gpu=args.gpu,
         search_floor=args.search_floor, approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
     for role in ("planner", "coder"):
