@@ -99,6 +99,8 @@ class ModelCall(BaseModel):
 
     role: Literal["planner", "coder", "preflight"]
     seconds: float
+    node: str = ""  # the graph node that asked (planner, generator, templater; "" for the preflight)
+    round: int | None = None  # the planner round it belongs to (1 = the first plan and what it asked for)
     input_tokens: int | None = None
     output_tokens: int | None = None
     # "not_sent": never sent, the run's token budget being spent (RunContext.token_budget)

@@ -69,7 +69,7 @@ def _direction(optimizations: list[str], slot: int, slots: int) -> str:
 def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     slot = state.get("slot", 0)
-    asker = role_asker(context, "coder", state)
+    asker = role_asker(context, "coder", state, "generator")
     decision = Decision.model_validate(state["decision"])
     previous = next((Candidate.model_validate(d) for d in state.get("drafts", []) if d["slot"] == slot), None)
     if previous is not None:  # a repair, in the conversation that made the failed draft

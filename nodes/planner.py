@@ -49,7 +49,7 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         user = prompt("planner", facts=model_facts(state), tried=history_text(state), source=best.source,
                       holder=f"candidate {best.id} ({best.origin})", tuned=tuned, round=str(done + 1),
                       rounds=str(context.rounds), candidates=str(context.candidates))
-        asker = role_asker(context, "planner", state, model)
+        asker = role_asker(context, "planner", state, "planner", model, round=done + 1)
         try:
             decision = ask_structured(asker, prompt("planner_system"), user, Decision)
         except (MalformedAnswer, ModelUnavailable) as exc:

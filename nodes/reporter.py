@@ -70,6 +70,37 @@ def cost_lines(models: dict) -> list[str]:
     return lines
 
 
+def by_round(calls: list[dict]) -> list[dict]:
+    """The model requests per planner round and node (the preflight's first), in run order: where
+    the tokens went (a round's plan, its drafts and their repairs)."""
+    groups: dict[tuple, dict] = {}
+    for call in calls:
+        key = (call.get("round") or 0, call.get("node") or call["role"])
+        group = groups.setdefault(key, {"round": key[0], "node": key[1], "requests": 0, "not_sent": 0,
+                                        "input_tokens": 0, "output_tokens": 0, "unreported": 0, "seconds": 0.0})
+        if call["outcome"] == "not_sent":
+            group["not_sent"] += 1
+            continue
+        group["requests"] += 1
+        group["unreported"] += call["outcome"] == "answered" and call.get("output_tokens") is None
+        group["input_tokens"] += call.get("input_tokens") or 0
+        group["output_tokens"] += call.get("output_tokens") or 0
+        group["seconds"] = round(group["seconds"] + call["seconds"], 3)
+    return [groups[k] for k in sorted(groups, key=lambda k: k[0])]
+
+
+def round_lines(groups: list[dict]) -> list[str]:
+    """The report's cost by round and node: a line per round, its nodes' requests and tokens."""
+    rounds: dict[int, list[str]] = {}
+    for g in groups:
+        tokens = ("tokens unknown" if g["requests"] and g["unreported"] >= g["requests"]
+                  else f"{g['input_tokens']} in, {g['output_tokens']} out")
+        unsent = f", {g['not_sent']} not sent" if g["not_sent"] else ""
+        rounds.setdefault(g["round"], []).append(f"{g['node']} {g['requests']} requests ({tokens}, {g['seconds']:.1f} s{unsent})")
+    return [f"- {'before the first plan' if r == 0 else f'round {r}'}: " + "; ".join(parts)
+            for r, parts in rounds.items()]
+
+
 def costs(state: AgentState) -> dict:
     """Model requests and tokens per role, the agent's evaluation seconds, the searches' and the run's wall time."""
     roles: dict[str, dict] = {}
@@ -90,7 +121,9 @@ def costs(state: AgentState) -> dict:
         role["output_tokens"] += call.get("output_tokens") or 0
         role["seconds"] = round(role["seconds"] + call["seconds"], 3)
     started = state.get("started_at")
-    return {"models": roles, "gpu_seconds": round(state.get("gpu_seconds") or 0.0, 3),
+    replayed = bool(((state.get("gpu") or {}).get("device") or {}).get("replay"))
+    return {"models": roles, "by_round": by_round(state.get("calls", [])), "replayed": replayed,
+            "gpu_seconds": round(state.get("gpu_seconds") or 0.0, 3),
             "search_seconds": round(state.get("search_seconds") or 0.0, 1),
             "wall_seconds": round(time.time() - started, 1) if started else None}
 
@@ -179,8 +212,11 @@ def render(report: dict) -> str:
     cost = report["costs"]
     lines += ["", f"Stopped: {report['stop_reason']}", "", "## Cost", ""]
     lines += cost_lines(cost["models"])
-    lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of the agent's own evaluations (a replay: as recorded); "
+    recorded = " (a replay: as recorded)" if cost.get("replayed") else ""
+    lines.append(f"- GPU: {cost['gpu_seconds']:.1f} s of the agent's own evaluations{recorded}; "
                  f"the tuner's searches {cost['search_seconds']:.1f} s of wall time; the run {cost['wall_seconds']} s")
+    if len(cost.get("by_round") or []) > 1:
+        lines += ["", "By round and node:", ""] + round_lines(cost["by_round"])
     lines += ["", "## The path", ""]
     lines += [f"- candidate {p['id']} ({p['origin']}): {p['verdict']}"
               + (f", {p['geomean_us']:.2f} us" if p["geomean_us"] else "")

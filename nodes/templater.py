@@ -42,7 +42,7 @@ def searched(state: AgentState) -> str:
 
 def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
-    asker = role_asker(context, "coder", state)
+    asker = role_asker(context, "coder", state, "templater")
     decision = Decision.model_validate(state["decision"])
     folder = suite.load(state["kernel"])
     previous = state.get("candidate")

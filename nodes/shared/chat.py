@@ -214,11 +214,12 @@ class Asker:
     these records, and a request that failed is recorded as failed, not forgotten."""
 
     def __init__(self, model: BaseChatModel, role: str, retries: int = 4, backoff_s: float = 1.0,
-                 budget: int | None = None, spent: int = 0):
+                 budget: int | None = None, spent: int = 0, node: str = "", round: int | None = None):
         """`budget`: the run's token budget (RunContext.token_budget), of which `spent` was used by
-        the requests before this asker's (tokens_used of the state's calls)."""
+        the requests before this asker's (tokens_used of the state's calls); `node` and `round`:
+        where in the run its requests are made, for the report's cost by round and node."""
         self.model, self.role, self.retries, self.backoff_s = model, role, retries, backoff_s
-        self.budget, self.spent = budget, spent
+        self.budget, self.spent, self.node, self.round = budget, spent, node, round
         self.calls: list[dict] = []
 
     def invoke(self, messages: list[BaseMessage], **bind) -> BaseMessage:
@@ -230,7 +231,8 @@ class Asker:
         for attempt in range(self.retries + 1):
             used = self.spent + tokens_used(self.calls)
             if self.budget is not None and used >= self.budget:
-                self.calls.append(ModelCall(role=self.role, seconds=0.0, outcome="not_sent").model_dump())
+                self.calls.append(ModelCall(role=self.role, seconds=0.0, outcome="not_sent", node=self.node,
+                                            round=self.round).model_dump())
                 raise TokenBudgetSpent(f"the run's token budget of {self.budget} is spent ({used} used); "
                                        "the request was not sent")
             started = time.monotonic()
@@ -260,14 +262,18 @@ class Asker:
 
     def _record(self, started: float, outcome: str, tokens_in=None, tokens_out=None, truncated: bool = False) -> None:
         self.calls.append(ModelCall(role=self.role, seconds=round(time.monotonic() - started, 3), outcome=outcome,
-                                    input_tokens=tokens_in, output_tokens=tokens_out, truncated=truncated).model_dump())
+                                    input_tokens=tokens_in, output_tokens=tokens_out, truncated=truncated,
+                                    node=self.node, round=self.round).model_dump())
 
 
-def role_asker(context, role: str, state, model: BaseChatModel | None = None) -> Asker:
-    """The role's Asker in this run: the role's model (or `model`), the run's retries, and its token
-    budget less what the run's requests so far used (the state's calls)."""
+def role_asker(context, role: str, state, node: str, model: BaseChatModel | None = None,
+               round: int | None = None) -> Asker:
+    """`node`'s Asker for `role` in this run: the role's model (or `model`), the run's retries, its
+    token budget less what the run's requests so far used (the state's calls), and the planner
+    round its requests belong to (`round`, else the state's: the plan that asked for them)."""
     return Asker(model or make_chat_model(context, role), role, retries=context.max_retries,
-                 budget=context.token_budget, spent=tokens_used(state.get("calls") or []))
+                 budget=context.token_budget, spent=tokens_used(state.get("calls") or []), node=node,
+                 round=round if round is not None else state.get("round"))
 
 
 def _failure_kind(exc: Exception) -> str:

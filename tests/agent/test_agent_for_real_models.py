@@ -395,3 +395,30 @@ def test_once_the_token_budget_is_spent_no_request_is_sent_and_the_rules_take_ov
     assert [c["origin"] for c in result["history"]] == ["rewrite", "tune"]  # round 2 by the rules: search alone
     lines = "\n".join(cost_lines(result["report"]["costs"]["models"]))
     assert "not sent, the run's token budget being spent" in lines and "100 tokens in, 60 out" in lines
+
+
+def test_the_report_says_where_the_tokens_went_round_by_round_and_node_by_node(tmp_path):
+    from langchain_core.messages import AIMessage
+
+    def used(text, tokens_in, tokens_out):
+        return AIMessage(content=text, usage_metadata={"input_tokens": tokens_in, "output_tokens": tokens_out,
+                                                       "total_tokens": tokens_in + tokens_out})
+
+    model = ScriptedChatModel(answers=["ready", used(decision("rewrite"), 100, 10), used(code_answer("us=1.0"), 300, 200),
+                                       used(decision("stop"), 120, 12)])
+    result = run(tmp_path, model, rounds=2)
+    groups = {(g["round"], g["node"]): g for g in result["report"]["costs"]["by_round"]}
+    assert (groups[1, "planner"]["input_tokens"], groups[1, "generator"]["output_tokens"]) == (100, 200)
+    assert groups[2, "planner"]["input_tokens"] == 120 and groups[0, "preflight"]["requests"] == 1
+    text = (tmp_path / "out" / "report.md").read_text() if (tmp_path / "out" / "report.md").exists() else None
+    from astra_kernels.nodes.reporter import render
+    text = text or render(result["report"])
+    assert "- round 1: planner 1 requests (100 in, 10 out" in text and "generator 1 requests (300 in, 200 out" in text
+    assert "(a replay: as recorded)" not in text  # a GPU's run (here a fake one), not a replay
+
+
+def test_only_a_replay_s_report_says_its_gpu_seconds_are_as_recorded():
+    from astra_kernels.nodes.reporter import costs
+
+    assert costs({"calls": [], "gpu": {"device": {"name": "NVIDIA H200", "replay": "recorded"}}})["replayed"]
+    assert not costs({"calls": [], "gpu": {"device": {"name": "NVIDIA H200"}}})["replayed"]
