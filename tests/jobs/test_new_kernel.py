@@ -194,3 +194,12 @@ def test_failed_compiles_are_said_once_per_error_naming_the_file_and_configurati
         '  1 error detected',
         'baseline.cu at (no parameters), bf16 default, 4x4096:\n  kernel.cu(9): error: expected a ";"\n'
         '  1 error detected']
+
+
+@pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
+def test_tune_without_a_gpu_offers_a_replay_only_for_a_kernel_that_has_a_recording(on_path, capsys):
+    assert cli.main(["new", "my_copy", "--dir", str(on_path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["tune", "my_copy"]) == 2
+    out = capsys.readouterr().out
+    assert "no GPU here" in out and "astra check my_copy" in out and "--replay" not in out

@@ -162,7 +162,7 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     from astra_kernels.defaults import TUNE_SECONDS
     from astra_kernels.evaluators import open_evaluator
     from astra_kernels.jobs import tuning
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.kernels_sglang import recordings, suite
     from astra_kernels.tools.errors import AstraError, NoGpuError
     from astra_kernels.tools.measuring.probes import record_launch_floor
     from astra_kernels.tools.measuring.results import ResultsStore
@@ -175,12 +175,14 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     dtype = args.dtype or spec.default_dtype()  # run() has checked the kernel runs at these
     out = output_folder(args, spec.name)
     store_path = Path(args.store or out / "results.sqlite")
+    # a replay is offered only for a kernel that has a shipped recording (a folder of the user's has none)
+    replayable = any(r.kernel == spec.name for r in recordings.shipped()) and suite.is_shipped(spec.name)
     try:
         worker_context = open_evaluator(spec.name, store_path, replay=args.replay, gpu=args.gpu, needs=(
             "tuning measures kernels, so it needs an NVIDIA GPU. What runs without one: "
-            f"`astra tune {spec.name} --replay recorded` (the same run, answered from the recording shipped "
-            "for every kernel), "
-            f"`astra space {spec.name} --shape {spec.label(shapes[0])}` (the pruned search space, compiled), "
+            + (f"`astra tune {spec.name} --replay recorded` (the same run, answered from the recording shipped "
+               "for this kernel), " if replayable else "")
+            + f"`astra space {spec.name} --shape {spec.label(shapes[0])}` (the pruned search space, compiled), "
             f"`astra check {spec.name}` (compiles the baseline and sampled configurations)."))
     except NoGpuError as exc:
         console.print(f"[yellow]no GPU here:[/yellow] {exc}", highlight=False)
