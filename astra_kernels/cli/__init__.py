@@ -21,11 +21,12 @@ from astra_kernels.cli.commands import (
     bench, check, doctor, export, kernels, optimize, report, space, tune, verify,
 )
 from astra_kernels.cli.commands import compile as compile_command
-from astra_kernels.cli.commands import import_fib, import_sglang, new
+from astra_kernels.cli.commands import eval_agent, import_fib, import_sglang, new
 from astra_kernels.cli.output import console, messages
 
 # In the order `astra --help` lists them: what the machine can do, the suite, then the jobs.
-COMMANDS = (doctor, compile_command, kernels, new, import_sglang, import_fib, check, space, tune, optimize, bench, verify, export, report)
+COMMANDS = (doctor, compile_command, kernels, new, import_sglang, import_fib, check, space, tune, optimize, eval_agent,
+            bench, verify, export, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,52 +16,71 @@ from astra_kernels.cli.output import console, messages, progress_bar
 from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
 
-def add_parser(sub) -> None:
+def add_agent_arguments(parser) -> None:
+    """The agent's model, budget and search settings, as `astra optimize` and `astra eval-agent`
+    take them (RunContext's fields; agent_settings reads them back)."""
     from astra_kernels.graph.context import RunContext
     from astra_kernels.nodes.shared.presets import CHAT, REASONING
     from astra_kernels.tools.search.strategies import STRATEGIES
 
     defaults = RunContext()  # the agent's defaults are RunContext's, whoever starts the run
+    parser.add_argument("--model", help="provider:name, e.g. openai:o4-mini (default: none, the rule-based planner)")
+    parser.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, SGLang)")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--reasoning-effort", choices=["low", "medium", "high"])
+    parser.add_argument("--planner-model", help="provider:name for the planner (default: --model)")
+    parser.add_argument("--coder-model", help="provider:name for the generator and templater (default: --model)")
+    parser.add_argument("--planner-temperature", type=float)
+    parser.add_argument("--coder-temperature", type=float)
+    parser.add_argument("--planner-reasoning-effort", choices=["low", "medium", "high"])
+    parser.add_argument("--coder-reasoning-effort", choices=["low", "medium", "high"])
+    parser.add_argument("--max-tokens", type=positive_int, metavar="N",
+                        help=f"output tokens per answer, every role (default: the model's preset: planner "
+                             f"{CHAT.planner_max_tokens}, coder {CHAT.coder_max_tokens}; a reasoning model "
+                             f"(o1-o4, gpt-5, *-reasoner, *-r1, qwq) {REASONING.planner_max_tokens} and "
+                             f"{REASONING.coder_max_tokens})")
+    parser.add_argument("--candidates", type=positive_int, default=defaults.candidates, metavar="N",
+                        help=f"rewrites asked for each round, compiled in parallel, timed one by one "
+                             f"(default {defaults.candidates})")
+    parser.add_argument("--timeout", type=positive_seconds, default=defaults.timeout_s,
+                        help=f"seconds per model request (default {defaults.timeout_s:g})")
+    parser.add_argument("--token-budget", type=positive_int, metavar="N",
+                        help="tokens (in and out) the run's model requests may use in all; once spent, no request "
+                             "is sent: the planner takes the rules and a draft fails saying so (default: no limit)")
+    parser.add_argument("--rounds", type=positive_int, default=defaults.rounds,
+                        help=f"planner decisions (default {defaults.rounds})")
+    parser.add_argument("--retries", type=count, default=defaults.retries,
+                        help=f"fixes per candidate (default {defaults.retries})")
+    parser.add_argument("--wall-seconds", type=positive_seconds, default=defaults.wall_seconds,
+                        help=f"the whole run (default {defaults.wall_seconds:g})")
+    parser.add_argument("--strategy", default=defaults.strategy, choices=["auto", *STRATEGIES])
+    parser.add_argument("--l2", choices=L2_REGIMES, default=defaults.l2,
+                        help="L2 regime every candidate is timed in: cold (rotating inputs, the default) or warm "
+                             "(inputs resident, as in decode)")
+    parser.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,
+                        help=f"search time per tune action (default {defaults.tune_seconds:g})")
+    parser.add_argument("--no-search-floor", dest="search_floor", action="store_false",
+                        help="start from the baseline alone, without first measuring the table shipped for this GPU "
+                             "(the search floor every candidate otherwise competes with)")
+
+
+def agent_settings(args) -> dict:
+    """RunContext's fields from add_agent_arguments' flags."""
+    return dict(
+        model=args.model, base_url=args.base_url, temperature=args.temperature,
+        reasoning_effort=args.reasoning_effort, planner_model=args.planner_model, coder_model=args.coder_model,
+        planner_temperature=args.planner_temperature, coder_temperature=args.coder_temperature,
+        planner_reasoning_effort=args.planner_reasoning_effort, coder_reasoning_effort=args.coder_reasoning_effort,
+        **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
+        candidates=args.candidates, timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds,
+        retries=args.retries, wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2,
+        tune_seconds=args.tune_seconds, gpu=args.gpu, search_floor=args.search_floor)
+
+
+def add_parser(sub) -> None:
     optimize = sub.add_parser("optimize", help="the agent: a chat model rewrites and templates, the tuner searches")
     optimize.add_argument("kernel")
-    optimize.add_argument("--model", help="provider:name, e.g. openai:o4-mini (default: none, the rule-based planner)")
-    optimize.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, SGLang)")
-    optimize.add_argument("--temperature", type=float)
-    optimize.add_argument("--reasoning-effort", choices=["low", "medium", "high"])
-    optimize.add_argument("--planner-model", help="provider:name for the planner (default: --model)")
-    optimize.add_argument("--coder-model", help="provider:name for the generator and templater (default: --model)")
-    optimize.add_argument("--planner-temperature", type=float)
-    optimize.add_argument("--coder-temperature", type=float)
-    optimize.add_argument("--planner-reasoning-effort", choices=["low", "medium", "high"])
-    optimize.add_argument("--coder-reasoning-effort", choices=["low", "medium", "high"])
-    optimize.add_argument("--max-tokens", type=positive_int, metavar="N",
-                          help=f"output tokens per answer, every role (default: the model's preset: planner "
-                               f"{CHAT.planner_max_tokens}, coder {CHAT.coder_max_tokens}; a reasoning model "
-                               f"(o1-o4, gpt-5, *-reasoner, *-r1, qwq) {REASONING.planner_max_tokens} and "
-                               f"{REASONING.coder_max_tokens})")
-    optimize.add_argument("--candidates", type=positive_int, default=defaults.candidates, metavar="N",
-                          help=f"rewrites asked for each round, compiled in parallel, timed one by one "
-                               f"(default {defaults.candidates})")
-    optimize.add_argument("--timeout", type=positive_seconds, default=defaults.timeout_s,
-                          help=f"seconds per model request (default {defaults.timeout_s:g})")
-    optimize.add_argument("--token-budget", type=positive_int, metavar="N",
-                          help="tokens (in and out) the run's model requests may use in all; once spent, no request "
-                               "is sent: the planner takes the rules and a draft fails saying so (default: no limit)")
-    optimize.add_argument("--rounds", type=positive_int, default=defaults.rounds,
-                          help=f"planner decisions (default {defaults.rounds})")
-    optimize.add_argument("--retries", type=count, default=defaults.retries,
-                          help=f"fixes per candidate (default {defaults.retries})")
-    optimize.add_argument("--wall-seconds", type=positive_seconds, default=defaults.wall_seconds,
-                          help=f"the whole run (default {defaults.wall_seconds:g})")
-    optimize.add_argument("--strategy", default=defaults.strategy, choices=["auto", *STRATEGIES])
-    optimize.add_argument("--l2", choices=L2_REGIMES, default=defaults.l2,
-                          help="L2 regime every candidate is timed in: cold (rotating inputs, the default) or warm "
-                               "(inputs resident, as in decode)")
-    optimize.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,
-                          help=f"search time per tune action (default {defaults.tune_seconds:g})")
-    optimize.add_argument("--no-search-floor", dest="search_floor", action="store_false",
-                          help="start from the baseline alone, without first measuring the table shipped for this GPU "
-                               "(the search floor every candidate otherwise competes with)")
+    add_agent_arguments(optimize)
     optimize.add_argument("--shapes")
     optimize.add_argument("--set")
     optimize.add_argument("--dtype")
@@ -101,16 +120,8 @@ def _optimize(args) -> int:
     check_cluster_arguments(args)
     folder = suite.load(args.kernel)
     out = Path(args.out or f"out/{folder.name}-agent")
-    context = RunContext(
-        model=args.model, base_url=args.base_url, temperature=args.temperature,
-        reasoning_effort=args.reasoning_effort, planner_model=args.planner_model, coder_model=args.coder_model,
-        planner_temperature=args.planner_temperature, coder_temperature=args.coder_temperature,
-        planner_reasoning_effort=args.planner_reasoning_effort, coder_reasoning_effort=args.coder_reasoning_effort,
-        **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
-        candidates=args.candidates,
-        timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds, retries=args.retries,
-        wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2, tune_seconds=args.tune_seconds, gpu=args.gpu,
-        search_floor=args.search_floor, approve=args.approve, results=str(args.store or out / "results.sqlite"), out=str(out))
+    context = RunContext(**agent_settings(args), approve=args.approve, results=str(args.store or out / "results.sqlite"),
+                         out=str(out))
     for role in ("planner", "coder"):
         make_chat_model(context, role)  # a typo in a model is named before anything is written
     checkpoints = Path(args.checkpoints or out / "checkpoints.sqlite")
