@@ -108,6 +108,10 @@ class ModelCall(BaseModel):
     truncated: bool = False  # answered, but cut off at the output cap (finish_reason length)
 
 
+LESSONS_PER_ROUND = 3  # a plan's lessons kept (Decision.lessons)
+LESSON_CHARS = 300
+
+
 class Decision(BaseModel):
     """The planner's choice, as structured output from the chat model or from the rules."""
 
@@ -115,6 +119,9 @@ class Decision(BaseModel):
     rationale: str = Field(description="why this action, from the measured facts")
     optimizations: list[str] = Field(default_factory=list,
                                      description="concrete changes to make (for rewrite or templatize)")
+    lessons: list[str] = Field(default_factory=list, description=(
+        "up to three short sentences of what the results so far taught (an idea that failed and why, a shape "
+        "class that resists a technique); shown to the planner and the coder in every later round"))
 
     @field_validator("action", mode="before")
     @classmethod
@@ -122,11 +129,17 @@ class Decision(BaseModel):
         """Models write "Rewrite", " rewrite" or "'tune'": the choice, not its spelling, counts."""
         return value.strip().strip("'\"").lower() if isinstance(value, str) else value
 
-    @field_validator("optimizations", mode="before")
+    @field_validator("optimizations", "lessons", mode="before")
     @classmethod
     def _listed(cls, value):
-        """One optimization given as a string is a list of one."""
+        """One optimization (or lesson) given as a string is a list of one."""
         return [value] if isinstance(value, str) else value
+
+    @field_validator("lessons")
+    @classmethod
+    def _few(cls, value: list[str]) -> list[str]:
+        """Kept short: they are sent with every later request."""
+        return [v.strip()[:LESSON_CHARS] for v in value if v.strip()][:LESSONS_PER_ROUND]
 
 
 def merge_drafts(current: list[dict] | None, update: list[dict] | None) -> list[dict]:
@@ -162,6 +175,7 @@ class AgentState(TypedDict, total=False):
     template: str | None  # the template the tuner searches: the suite's, or the templater's
     decision: dict | None  # a Decision
     history: Annotated[list[dict], operator.add]  # every finished Candidate, in order
+    lessons: Annotated[list[str], operator.add]  # the planner's notes of what the results taught, "round N: ..."
     events: Annotated[list[str], operator.add]  # what happened, one line each, for reports
     calls: Annotated[list[dict], operator.add]  # every model request (ModelCall), for the costs
     gpu_seconds: Annotated[float, operator.add]  # the agent's own evaluations on the GPU (a replay: as recorded)

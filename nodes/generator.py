@@ -22,7 +22,9 @@ from astra_kernels.graph.state import AgentState, Candidate, Decision
 from astra_kernels.tools.errors import AstraError
 
 from astra_kernels.nodes.shared import answers
-from astra_kernels.nodes.shared.attempts import first_line, front_holders, held_shapes, history_text, repair_messages
+from astra_kernels.nodes.shared.attempts import (
+    first_line, front_holders, held_shapes, history_text, lessons_text, repair_messages,
+)
 from astra_kernels.nodes.shared.chat import BudgetSpent, ask_code, from_messages, prompt, role_asker
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
@@ -44,7 +46,8 @@ def first_request(state: AgentState, decision: Decision, slot: int = 0, slots: i
     start = (f"candidate {parent.id} ({parent.origin}), the fastest measured at "
              f"{', '.join(held) if held else 'no shape yet'}")
     user = prompt("generator", source=parent.source, configs=configs, facts=model_facts(state), start=start,
-                  tried=history_text(state), optimizations=_direction(decision.optimizations, slot, slots))
+                  tried=history_text(state), lessons=lessons_text(state),
+                  optimizations=_direction(decision.optimizations, slot, slots))
     return [SystemMessage(prompt("generator_system")), HumanMessage(user)]
 
 

@@ -18,7 +18,7 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Decision
 
-from astra_kernels.nodes.shared.attempts import history_text, holder, template_key
+from astra_kernels.nodes.shared.attempts import history_text, holder, lessons_text, template_key
 from astra_kernels.nodes.shared.chat import (
     MalformedAnswer, ModelUnavailable, ask_structured, make_chat_model, prompt, role_asker,
 )
@@ -46,8 +46,8 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     else:
         best = holder(state)
         tuned = "yes" if template_key(state["template"]) in state.get("tuned", []) else "no"
-        user = prompt("planner", facts=model_facts(state), tried=history_text(state), source=best.source,
-                      holder=f"candidate {best.id} ({best.origin})", tuned=tuned, round=str(done + 1),
+        user = prompt("planner", facts=model_facts(state), tried=history_text(state), lessons=lessons_text(state),
+                      source=best.source, holder=f"candidate {best.id} ({best.origin})", tuned=tuned, round=str(done + 1),
                       rounds=str(context.rounds), candidates=str(context.candidates))
         asker = role_asker(context, "planner", state, "planner", model, round=done + 1)
         try:
@@ -63,4 +63,4 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                                  f"{decision.rationale}"
     line = say("planner", f"round {done + 1}: {decision.action}: {decision.rationale}", action=decision.action)
     return {"decision": decision.model_dump(), "round": done + 1, "retries": 0, "candidate": None, "drafts": None,
-            "calls": calls, "events": [line]}
+            "calls": calls, "events": [line], "lessons": [f"round {done + 1}: {lesson}" for lesson in decision.lessons]}

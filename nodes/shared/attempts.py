@@ -91,6 +91,15 @@ def history_text(state: AgentState, limit: int = 12) -> str:
             or "nothing yet")
 
 
+def lessons_text(state: AgentState, limit: int = 12) -> str:
+    """The planner's lessons from earlier rounds (Decision.lessons), the latest `limit`: the memory a
+    run carries from round to round beside the history of candidates."""
+    lessons = state.get("lessons") or []
+    skipped = len(lessons) - limit
+    lines = ([f"- ({skipped} earlier lessons not shown)"] if skipped > 0 else []) + [f"- {l}" for l in lessons[-limit:]]
+    return "\n".join(lines) or "none yet"
+
+
 def front_holders(state: AgentState) -> list[Candidate]:
     """Every kernel that holds a shape of the front, the one holding most first (the latest on a
     tie): the round's parents, so a kernel winning a minority of shapes is refined too."""

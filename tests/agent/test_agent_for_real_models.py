@@ -422,3 +422,23 @@ def test_only_a_replay_s_report_says_its_gpu_seconds_are_as_recorded():
 
     assert costs({"calls": [], "gpu": {"device": {"name": "NVIDIA H200", "replay": "recorded"}}})["replayed"]
     assert not costs({"calls": [], "gpu": {"device": {"name": "NVIDIA H200"}}})["replayed"]
+
+
+def test_the_planner_s_lessons_reach_every_later_prompt_as_the_run_s_memory(tmp_path):
+    """A plan's `lessons` (what the results taught) are kept round by round and shown to the coder
+    asked in that round and to the planner in the next, beside the history of candidates."""
+    import json as _json
+
+    from astra_kernels.graph.state import Decision
+
+    plan = _json.dumps({"action": "rewrite", "rationale": "measured facts", "optimizations": ["more CTAs per row"],
+                        "lessons": ["Vectors wider than 16 bytes do not compile here.", "", "x" * 400]})
+    model = ScriptedChatModel(answers=["ready", plan, code_answer("us=2.0"), decision("stop")])
+    run(tmp_path, model, rounds=2)
+    draft, second_plan = model.seen[2][1].content, model.seen[3][-1].content
+    for text in (draft, second_plan):
+        assert "round 1: Vectors wider than 16 bytes do not compile here." in text
+        assert "x" * 301 not in text  # each lesson kept short
+    assert "none yet" in model.seen[1][-1].content  # the first plan had nothing to remember
+    assert Decision(action="stop", rationale="r", lessons="one").lessons == ["one"]
+    assert len(Decision(action="stop", rationale="r", lessons=["a", "b", "c", "d"]).lessons) == 3
