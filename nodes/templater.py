@@ -23,7 +23,7 @@ from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.toolchain.compiler import compile_source
 
-from astra_kernels.nodes.shared.attempts import failed, holder, repair_messages, template_key
+from astra_kernels.nodes.shared.attempts import failed, holder, lessons_text, repair_messages, template_key
 from astra_kernels.nodes.shared.chat import BudgetSpent, ask_code, from_messages, prompt, role_asker
 from astra_kernels.nodes.shared.facts import model_facts
 from astra_kernels.nodes.shared.measure import parse_candidate
@@ -51,7 +51,7 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     else:
         best = holder(state)
         user = prompt("templater", format=(suite.SUITE_DIR / "FORMAT.md").read_text(), source=best.source,
-                      searched=searched(state), facts=model_facts(state),
+                      searched=searched(state), facts=model_facts(state), lessons=lessons_text(state),
                       optimizations="\n".join(f"- {o}" for o in decision.optimizations) or "-")
         messages = [SystemMessage(prompt("generator_system")), HumanMessage(user)]
     candidate = Candidate(id=next_candidate_id(state), origin="template", source="", idea=decision.optimizations,

@@ -3,8 +3,8 @@
     python scripts/agent_prompts.py OUT.md [--kernel silu_and_mul] [--replay recorded]
 
 Runs the graph with a scripted model that plans a rewrite, answers with a kernel that does not
-compile (so the repair request is captured too), fixes it, plans a template, answers with the
-suite's template, and stops; every message sent is written to OUT.md, one section per request.
+compile (so the repair request is captured too), fixes it, plans a template (noting two lessons, the
+run's memory, which the later requests show), answers with the suite's template, and stops; every message sent is written to OUT.md, one section per request.
 On a GPU the facts are this GPU's (its launch floor included); with `--replay` they are the
 recording's. docs/agent.md quotes such a capture.
 """
@@ -12,6 +12,7 @@ recording's. docs/agent.md quotes such a capture.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +51,10 @@ def main() -> int:
         "ready", decision("rewrite", "the small shapes are far from their launch floor"),
         f"Split each row over more CTAs.\n```cuda\n{broken}```",
         f"Fixed: the helper does not exist.\n```cuda\n// rewritten\n{kernel}```",
-        decision("templatize", "expose the launch shape to the tuner"),
+        json.dumps({"action": "templatize", "rationale": "expose the launch shape to the tuner",
+                    "optimizations": ["rows split over CTAs as a parameter"],
+                    "lessons": ["A helper that common.cuh does not declare fails to compile: the draft had to be repaired.",
+                                "The rewrite kept the baseline's launch, so it could not win the latency-bound shapes."]}),
         f"The suite's parameters.\n```cuda\n{folder.template.source}```", decision("stop")])
     model.seen = []
     context = RunContext(chat_model=model, replay=args.replay, results=args.results, tune_seconds=20, rounds=3,
