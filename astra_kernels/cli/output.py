@@ -44,6 +44,20 @@ console = WholeLineConsole()
 side_console = WholeLineConsole(stderr=True)
 
 
+def cannot_measure(exc: Exception) -> int:
+    """What a command says when it cannot open its evaluator, and its exit code: without a GPU, what
+    runs without one (NoGpuError's message); any other AstraError, the error. One line either way."""
+    from rich.markup import escape
+
+    from astra_kernels.tools.errors import NoGpuError
+
+    if isinstance(exc, NoGpuError):
+        console.print(f"[yellow]no GPU here:[/yellow] {exc}", highlight=False)
+    else:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+    return 2
+
+
 def messages(args) -> WholeLineConsole:
     """Where a command's messages go: stderr under --json (its stdout holds the JSON alone), else
     stdout with the rest of what it prints."""

@@ -4,19 +4,17 @@ for a file that is not a report."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
+
+from support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def module():
-    spec = importlib.util.spec_from_file_location("serving_path", ROOT / "bench" / "serving_path.py")
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
+    return load_script("bench/serving_path.py")
 
 
 def test_a_point_differs_only_where_the_ranges_do_not_overlap():

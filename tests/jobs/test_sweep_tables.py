@@ -5,18 +5,14 @@ kernel's tune once, on a replay here."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.scripts import load_script
 
 
 def module():
-    spec = importlib.util.spec_from_file_location("sweep_tables", ROOT / "scripts" / "sweep_tables.py")
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
+    return load_script("scripts/sweep_tables.py")
 
 
 def finished(out: Path, l2: str, kernel: str, device: str = "NVIDIA H200") -> Path:

@@ -8,7 +8,7 @@ from rich.markup import escape
 
 from astra_kernels.cli.arguments import add_measuring_arguments, shapes_from
 from astra_kernels.cli.commands.optimize import add_agent_arguments, agent_settings
-from astra_kernels.cli.output import console, messages
+from astra_kernels.cli.output import cannot_measure, console, messages
 
 NOISE = 0.02  # a shape's speedup within this share of 1 is neither faster nor slower
 
@@ -35,7 +35,7 @@ def run(args) -> int:
     from astra_kernels.jobs import outputs
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.nodes.shared.chat import make_chat_model
-    from astra_kernels.tools.errors import AstraError, NoGpuError
+    from astra_kernels.tools.errors import AstraError
 
     if not (args.model or args.planner_model or args.coder_model):
         console.print("[red]error:[/red] eval-agent compares a model with search alone: give --model (or "
@@ -71,12 +71,8 @@ def run(args) -> int:
                 results.append(evaluate_kernel(folder.name, payload, context, out / folder.name,
                                                say=lambda line: say.print(escape(line), highlight=False),
                                                open_worker=open_worker))
-            except NoGpuError as exc:
-                console.print(f"[yellow]no GPU here:[/yellow] {exc}", highlight=False)
-                return 2
-            except AstraError as exc:
-                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-                return 2
+            except AstraError as exc:  # NoGpuError among them: what runs without one
+                return cannot_measure(exc)
         model = args.model or f"{args.planner_model} (planner), {args.coder_model} (coder)"
         files = write(results, model, args.noise, out)
     console.print((out / "eval.md").read_text(), markup=False, highlight=False)

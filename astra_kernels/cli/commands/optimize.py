@@ -12,7 +12,7 @@ from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
-from astra_kernels.cli.output import console, messages, progress_bar
+from astra_kernels.cli.output import cannot_measure, console, messages, progress_bar
 from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
 
@@ -115,7 +115,7 @@ def _optimize(args) -> int:
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.nodes.reporter import render
     from astra_kernels.nodes.shared.chat import make_chat_model
-    from astra_kernels.tools.errors import AstraError, NoGpuError, UsageError
+    from astra_kernels.tools.errors import AstraError, UsageError
 
     check_cluster_arguments(args)
     folder = suite.load(args.kernel)
@@ -156,12 +156,8 @@ def _optimize(args) -> int:
             f"`astra optimize {folder.name} --replay recorded` (answers from the recording shipped for every "
             f"kernel), `astra space {folder.name}`, `astra check {folder.name}`, and the agent's tests "
             "(`pytest tests/agent`)."))
-    except NoGpuError as exc:
-        console.print(f"[yellow]no GPU here:[/yellow] {exc}", highlight=False)
-        return 2
-    except AstraError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-        return 2
+    except AstraError as exc:  # NoGpuError among them: what runs without one
+        return cannot_measure(exc)
     out.mkdir(parents=True, exist_ok=True)
     say = messages(args)
     say.print(f"thread {thread}", highlight=False)

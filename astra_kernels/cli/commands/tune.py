@@ -11,7 +11,7 @@ from astra_kernels.cli.arguments import (
     add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
-from astra_kernels.cli.output import console, messages, progress_bar
+from astra_kernels.cli.output import cannot_measure, console, messages, progress_bar
 from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
 
@@ -163,7 +163,7 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     from astra_kernels.evaluators import open_evaluator
     from astra_kernels.jobs import tuning
     from astra_kernels.kernels_sglang import recordings, suite
-    from astra_kernels.tools.errors import AstraError, NoGpuError
+    from astra_kernels.tools.errors import AstraError
     from astra_kernels.tools.measuring.probes import record_launch_floor
     from astra_kernels.tools.measuring.results import ResultsStore
     from astra_kernels.tools.measuring.worker import EvaluationWorker
@@ -184,12 +184,8 @@ def _tune_one(args, kernel: str, reports: list) -> int:
                "for this kernel), " if replayable else "")
             + f"`astra space {spec.name} --shape {spec.label(shapes[0])}` (the pruned search space, compiled), "
             f"`astra check {spec.name}` (compiles the baseline and sampled configurations)."))
-    except NoGpuError as exc:
-        console.print(f"[yellow]no GPU here:[/yellow] {exc}", highlight=False)
-        return 2
-    except AstraError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-        return 2
+    except AstraError as exc:  # NoGpuError among them: what runs without one
+        return cannot_measure(exc)
     seconds = args.seconds
     if seconds is None and args.budget is None:
         seconds = TUNE_SECONDS / len(shapes)
