@@ -32,7 +32,7 @@ from .checking import CheckRow
 from .generated_files import fill, md_code, md_text
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.tools.concurrency import map_in_threads
-from astra_kernels.tools.errors import AstraError
+from astra_kernels.tools.errors import AstraError, WorkerError
 from astra_kernels.tools.measuring import draws
 from astra_kernels.tools.measuring.evaluation import request_draws
 from astra_kernels.tools.measuring.worker import EvaluationWorker
@@ -437,7 +437,10 @@ def draw_ahead(worker, requests: Iterable) -> None:
     if isinstance(worker, EvaluationWorker):
         items = {draws.case_key(*item): item for r in requests for item in request_draws(r)}  # each once, in order
         if items:
-            worker.call(draws.prefetch, list(items.values()))
+            try:
+                worker.call(draws.prefetch, list(items.values()))
+            except WorkerError:  # drawing ahead only saves time: a worker that could not draws as it goes
+                pass
 
 
 def verify_dispatch(report: TuneReport, folder: suite.KernelFolder, worker, evaluator: StoredEvaluator,
