@@ -28,7 +28,6 @@ import gzip
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -72,24 +71,29 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
             if time.monotonic() >= deadline:
                 summary[kernel] = {"gpu": gpu, "ended": "not started (out of time)"}
                 continue
-            argv = command(out, kernel, l2, gpu, budget, extra)
+            command_line = [*command(out, kernel, l2, gpu, budget, extra)]  # a list display, as the security test reads
             started = time.monotonic()
             with open(out / "logs" / f"{kernel}-{l2}{'-bench' if command is bench_command else ''}.log", "a") as log:
-                log.write(f"{datetime.now(UTC):%H:%M:%S} $ {' '.join(argv)}\n")
-                process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-                timer = threading.Timer(max(0.0, deadline - time.monotonic()),
-                                        lambda: os.killpg(process.pid, signal.SIGTERM))
+                log.write(f"{datetime.now(UTC):%H:%M:%S} $ {' '.join(command_line)}\n")
+                # In this process's group, so a Ctrl-C at the terminal reaches each tune too; at the
+                # deadline, SIGTERM, which `astra tune` answers as Ctrl-C (its store kept, its worker ended).
+                process = subprocess.Popen(command_line, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                timer = threading.Timer(max(0.0, deadline - time.monotonic()), process.terminate)
                 timer.start()
                 try:
                     for line in process.stdout:
                         log.write(f"{datetime.now(UTC):%H:%M:%S} {line}")
                         log.flush()
                     code = process.wait()
-                finally:
+                finally:  # this script stopped or failed: no tune outlives it
                     timer.cancel()
                     if process.poll() is None:
-                        os.killpg(process.pid, signal.SIGKILL)
+                        process.terminate()
+                        try:
+                            process.wait(30)
+                        except subprocess.TimeoutExpired:
+                            process.kill()
             ended = {0: "finished", 143: "stopped at --seconds (resume: the same command)"}.get(code, f"exit {code}")
             summary[kernel] = {"gpu": gpu, "ended": ended, "seconds": round(time.monotonic() - started, 1)}
 
