@@ -79,3 +79,12 @@ def test_astra_eval_agent_needs_a_model(tmp_path, capsys):
 
     assert cli.main(["eval-agent", "rmsnorm", "--replay", "recorded", "--out", str(tmp_path / "e")]) == 2
     assert "give --model" in capsys.readouterr().out and not (tmp_path / "e").exists()
+
+
+def test_a_model_server_that_does_not_answer_is_named_before_search_alone_runs(tmp_path, capsys):
+    from astra_kernels import cli
+
+    code = cli.main(["eval-agent", "rmsnorm", "--model", "openai:x", "--base-url", "http://127.0.0.1:9/v1",
+                     "--timeout", "5", "--replay", "recorded", "--out", str(tmp_path / "e")])
+    printed = capsys.readouterr().out
+    assert code == 1 and "did not answer" in printed and not (tmp_path / "e" / "rmsnorm").exists()

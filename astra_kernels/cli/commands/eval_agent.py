@@ -34,7 +34,7 @@ def run(args) -> int:
     from astra_kernels.graph.agent_eval import evaluate_kernel, write
     from astra_kernels.jobs import outputs
     from astra_kernels.kernels_sglang import suite
-    from astra_kernels.nodes.shared.chat import make_chat_model
+    from astra_kernels.nodes.shared.chat import make_chat_model, preflight
     from astra_kernels.tools.errors import AstraError
 
     if not (args.model or args.planner_model or args.coder_model):
@@ -47,8 +47,9 @@ def run(args) -> int:
         return 2
     out = Path(args.out or "out/eval-agent")
     context = RunContext(**agent_settings(args))
-    for role in ("planner", "coder"):
-        make_chat_model(context, role)  # a typo in a model is named before anything is measured
+    for role in ("planner", "coder"):  # a typo, or a server that does not answer, named before search alone runs
+        if (model := make_chat_model(context, role)) is not None:
+            preflight(model, context)
     folders = [suite.load(k) for k in args.kernels]
     if args.shapes and len(folders) > 1:
         console.print("[red]error:[/red] --shapes names one kernel's shapes: give one kernel, or --set", highlight=False)
@@ -73,7 +74,8 @@ def run(args) -> int:
                                                open_worker=open_worker))
             except AstraError as exc:  # NoGpuError among them: what runs without one
                 return cannot_measure(exc)
-        model = args.model or f"{args.planner_model} (planner), {args.coder_model} (coder)"
+        model = args.model or ", ".join(f"{name} ({role})" for name, role in
+                                        ((args.planner_model, "planner"), (args.coder_model, "coder")) if name)
         files = write(results, model, args.noise, out)
     console.print((out / "eval.md").read_text(), markup=False, highlight=False)
     console.print(f"wrote {', '.join(map(str, files))}", highlight=False)
