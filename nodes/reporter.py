@@ -70,23 +70,35 @@ def cost_lines(models: dict) -> list[str]:
     return lines
 
 
-def by_round(calls: list[dict]) -> list[dict]:
-    """The model requests per planner round and node (the preflight's first), in run order: where
-    the tokens went (a round's plan, its drafts and their repairs)."""
-    groups: dict[tuple, dict] = {}
+def _tally(calls: list[dict], key) -> dict:
+    """Model requests grouped by `key(call)`: requests, failures, timeouts, cut-off answers, tokens
+    in and out (an answer whose server sent no usage counted as unreported: unknown, not zero),
+    seconds, and the requests the token budget stopped (not sent: no request, no tokens)."""
+    groups: dict = {}
     for call in calls:
-        key = (call.get("round") or 0, call.get("node") or call["role"])
-        group = groups.setdefault(key, {"round": key[0], "node": key[1], "requests": 0, "not_sent": 0,
-                                        "input_tokens": 0, "output_tokens": 0, "unreported": 0, "seconds": 0.0})
+        group = groups.setdefault(key(call), {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
+                                              "output_tokens": 0, "unreported": 0, "truncated": 0,
+                                              "seconds": 0.0, "not_sent": 0})
         if call["outcome"] == "not_sent":
             group["not_sent"] += 1
             continue
-        group["requests"] += 1
+        group["calls"] += 1
+        group["failed"] += call["outcome"] == "failed"
+        group["timed_out"] += call["outcome"] == "timed_out"
         group["unreported"] += call["outcome"] == "answered" and call.get("output_tokens") is None
+        group["truncated"] += bool(call.get("truncated"))
         group["input_tokens"] += call.get("input_tokens") or 0
         group["output_tokens"] += call.get("output_tokens") or 0
         group["seconds"] = round(group["seconds"] + call["seconds"], 3)
-    return [groups[k] for k in sorted(groups, key=lambda k: k[0])]
+    return groups
+
+
+def by_round(calls: list[dict]) -> list[dict]:
+    """The model requests per planner round and node (the preflight's first), in run order: where
+    the tokens went (a round's plan, its drafts and their repairs)."""
+    groups = _tally(calls, lambda call: (call.get("round") or 0, call.get("node") or call["role"]))
+    return [{"round": r, "node": node, "requests": g["calls"], **g}
+            for (r, node), g in sorted(groups.items(), key=lambda item: item[0][0])]
 
 
 def round_lines(groups: list[dict]) -> list[str]:
@@ -103,23 +115,7 @@ def round_lines(groups: list[dict]) -> list[str]:
 
 def costs(state: AgentState) -> dict:
     """Model requests and tokens per role, the agent's evaluation seconds, the searches' and the run's wall time."""
-    roles: dict[str, dict] = {}
-    for call in state.get("calls", []):
-        role = roles.setdefault(call["role"], {"calls": 0, "failed": 0, "timed_out": 0, "input_tokens": 0,
-                                               "output_tokens": 0, "unreported": 0, "truncated": 0, "seconds": 0.0,
-                                               "not_sent": 0})
-        if call["outcome"] == "not_sent":  # stopped by the token budget: no request, no tokens
-            role["not_sent"] += 1
-            continue
-        role["calls"] += 1
-        role["failed"] += call["outcome"] == "failed"
-        role["timed_out"] += call["outcome"] == "timed_out"
-        # an answer whose server sent no usage: its tokens are unknown, not zero
-        role["unreported"] += call["outcome"] == "answered" and call.get("output_tokens") is None
-        role["truncated"] += bool(call.get("truncated"))
-        role["input_tokens"] += call.get("input_tokens") or 0
-        role["output_tokens"] += call.get("output_tokens") or 0
-        role["seconds"] = round(role["seconds"] + call["seconds"], 3)
+    roles = _tally(state.get("calls", []), lambda call: call["role"])
     started = state.get("started_at")
     replayed = bool(((state.get("gpu") or {}).get("device") or {}).get("replay"))
     return {"models": roles, "by_round": by_round(state.get("calls", [])), "replayed": replayed,
