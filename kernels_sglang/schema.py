@@ -181,22 +181,24 @@ class KernelSpec(BaseModel):
                     shapes.append(shape)
         return shapes
 
-    def sweep_shapes(self) -> list[dict[str, int]]:
+    def sweep_shapes(self, held_out: bool = True) -> list[dict[str, int]]:
         """The sweep set: the first symbol (the tokens) over SWEEP_TOKENS at every width of the
-        serving set (else of the default shapes) and at `sweep_widths`; the width order kept."""
+        serving set (else of the default shapes) and, with `held_out`, at `sweep_widths`; the width
+        order kept. A tune takes it without the held-out widths: they stay in no table, so the
+        benchmark's sweep shows what dispatch gives a width nobody tuned."""
         token, rest = self.symbols[0], self.symbols[1:]
         widths: list[dict[str, int]] = []
-        for shape in [*(self.shapes.get("serving") or self.default_shapes()), *self.sweep_widths]:
+        for shape in [*(self.shapes.get("serving") or self.default_shapes()), *(self.sweep_widths if held_out else [])]:
             width = {s: shape[s] for s in rest}
             if width not in widths:
                 widths.append(width)
         return [{token: t, **width} for width in widths for t in SWEEP_TOKENS]
 
-    def shape_set(self, name: str) -> list[dict[str, int]]:
-        """A named set's shapes: the spec's own, or the sweep built from them; a name it has not,
-        a KeyError naming the ones it has."""
+    def shape_set(self, name: str, tuning: bool = False) -> list[dict[str, int]]:
+        """A named set's shapes: the spec's own, or the sweep built from them (for `tuning`, without
+        its held-out widths); a name it has not, a KeyError naming the ones it has."""
         if name == SWEEP:
-            return self.sweep_shapes()
+            return self.sweep_shapes(held_out=not tuning)
         if name not in self.shapes:
             raise KeyError(f"{self.name} has no shape set {name!r}; it has {', '.join([*self.shapes, SWEEP])}")
         return self.shapes[name]

@@ -10,17 +10,17 @@ import sys
 from astra_kernels.tools.errors import UsageError
 
 
-def shapes_from(folder, args) -> list[dict] | None:
+def shapes_from(folder, args, tuning: bool = False) -> list[dict] | None:
     """--shapes (comma-separated, e.g. 16x4096,64x8192), else --set NAME[,NAME...] (the sets' shapes
-    in order, each once; `sweep` is the token axis at the serving widths: KernelSpec.sweep_shapes),
-    else None (the command's default)."""
+    in order, each once; `sweep` is the token axis at the serving widths and, unless `tuning`, the
+    held-out widths too: KernelSpec.sweep_shapes), else None (the command's default)."""
     if args.shapes is not None:
         return folder.spec.parse_shapes(args.shapes)
     if args.set:
         shapes: list[dict] = []
         for name in (n.strip() for n in args.set.split(",")):
             try:
-                shapes += [s for s in folder.spec.shape_set(name) if s not in shapes]
+                shapes += [s for s in folder.spec.shape_set(name, tuning) if s not in shapes]
             except KeyError as exc:
                 raise UsageError(exc.args[0]) from None
         return shapes

@@ -429,5 +429,7 @@ def test_the_sweep_set_is_the_token_axis_at_the_serving_widths_and_some_in_no_se
         assert widths == serving | untuned and untuned and not untuned & {
             tuple(s[k] for k in spec.symbols[1:]) for s in spec.all_shapes()}, name  # in no set
         assert len(shapes) == len(widths) * len(SWEEP_TOKENS) and spec.shape_set("sweep") == shapes
+        tuned = spec.shape_set("sweep", tuning=True)  # a tune leaves the held-out widths untuned
+        assert tuned == [s for s in shapes if tuple(s[k] for k in spec.symbols[1:]) in serving], name
         folder = suite.load(name)
         suite.check_run(folder, shapes, spec.default_dtype())  # the baseline runs at every point

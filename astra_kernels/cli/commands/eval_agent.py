@@ -58,7 +58,7 @@ def run(args) -> int:
     results = []
     with outputs.held(out, "eval-agent"):
         for folder in folders:
-            shapes = shapes_from(folder, args) or folder.spec.default_shapes()
+            shapes = shapes_from(folder, args, tuning=True) or folder.spec.default_shapes()
             dtype = args.dtype or folder.spec.default_dtype()
             suite.check_run(folder, shapes, dtype)
             payload = {"kernel": folder.name, "shapes": shapes, "dtype": dtype}

@@ -134,7 +134,7 @@ def _optimize(args) -> int:
             return 2
         payload = None
     else:
-        shapes = shapes_from(folder, args) or []
+        shapes = shapes_from(folder, args, tuning=True) or []
         suite.check_run(folder, shapes or folder.spec.default_shapes(), args.dtype or folder.spec.default_dtype())
         payload = {"kernel": folder.name, "shapes": shapes, **({"dtype": args.dtype} if args.dtype else {})}
         checkpoints.parent.mkdir(parents=True, exist_ok=True)
