@@ -4,7 +4,9 @@
                                        [--budget 6] [--seconds 560] [-- EXTRA TUNE ARGUMENTS]
 
 Each GPU takes the next kernel from a queue (the order given: put the costliest first) and runs
-`astra tune KERNEL --set sweep --budget B --start shipped --l2 L2 --gpu G --out OUT/L2/KERNEL`,
+`astra tune KERNEL --set sweep,SETS --budget B --start shipped --l2 L2 --gpu G --out OUT/L2/KERNEL`,
+SETS the spec's own (astra, serving, odd): the table that replaces the shipped one keeps every
+shape the shipped one was tuned at, and adds the token axis at the serving widths;
 its output in OUT/logs/KERNEL-L2.log with the time of each line. The local path, not `--ray`: each
 process draws ahead on its own cores (tools/measuring/draws.py), which a cluster's workers do not
 yet, and a kernel's table comes from one GPU, so its picks are compared on one device. At
@@ -40,8 +42,15 @@ KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "topk_softmax", "rota
            "per_token_group_quant_fp8", "merge_attn_states")
 
 
+def tuned_sets(kernel: str) -> str:
+    """The sweep and every set of the kernel's spec: what a table replacing the shipped one is tuned at."""
+    from astra_kernels.kernels_sglang import suite
+
+    return ",".join(["sweep", *suite.load(kernel).spec.shapes])
+
+
 def tune_command(out: Path, kernel: str, l2: str, gpu: int, budget: int, extra: list[str]) -> list[str]:
-    return [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", kernel, "--set", "sweep", "--budget", str(budget),
+    return [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", kernel, "--set", tuned_sets(kernel), "--budget", str(budget),
             "--start", "shipped", "--l2", l2, "--gpu", str(gpu), "--out", str(out / l2 / kernel), *extra]
 
 

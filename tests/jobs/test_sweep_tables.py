@@ -56,7 +56,7 @@ def test_each_kernel_is_tuned_once_by_the_gpu_that_takes_it(tmp_path):
     facts = result["kernels"]["merge_attn_states"]
     assert facts["ended"] == "finished", (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()[-2000:]
     log = (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()
-    assert log.count("$ ") == 1 and "--set sweep" in log and f"--gpu {facts['gpu']}" in log
+    assert log.count("$ ") == 1 and "--set sweep,astra,serving,odd" in log and f"--gpu {facts['gpu']}" in log
     assert json.loads((tmp_path / "out/sweep.json").read_text())["kernels"] == result["kernels"]
 
 
