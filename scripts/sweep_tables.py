@@ -11,10 +11,10 @@ its output in OUT/logs/KERNEL-L2.log with the time of each line. The local path,
 process draws ahead on its own cores (tools/measuring/draws.py), which a cluster's workers do not
 yet, and a kernel's table comes from one GPU, so its picks are compared on one device. At
 `--seconds` every process still running is stopped as Ctrl-C stops it (every evaluation kept in
-its results store), and running the same command again resumes each from its store. OUT/sweep.json
+its results store), and running the same command again resumes each from its store. OUT/sweep-L2.json
 says per kernel what ended it and how long it took. `--bench` runs `astra bench --set sweep` the
 same way, each kernel's table tuned here (else the shipped one) beside torch.compile, into
-OUT/bench-L2/KERNEL (OUT/bench.json the summary).
+OUT/bench-L2/KERNEL (OUT/bench-L2.json the summary).
 
 Then, on the machine that keeps the repository, `--install KIND` copies each finished kernel's
 dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
@@ -113,8 +113,10 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
         thread.join()
     result = {"l2": l2, "budget": budget, "gpus": gpus, "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "kernels": {k: summary[k] for k in kernels if k in summary}}
-    name = "bench.json" if command is bench_command else "sweep.json"
-    (out / name).write_text(json.dumps(result, indent=1) + "\n")
+    name = f"{'bench' if command is bench_command else 'sweep'}-{l2}.json"
+    # Kept beside what earlier runs (other kernels, other GPUs of the host, an earlier call) wrote there.
+    earlier = json.loads((out / name).read_text()).get("kernels", {}) if (out / name).is_file() else {}
+    (out / name).write_text(json.dumps({**result, "kernels": {**earlier, **result["kernels"]}}, indent=1) + "\n")
     return result
 
 
