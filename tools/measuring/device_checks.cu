@@ -10,6 +10,10 @@
 //
 // bytes_differ: whether two buffers differ in any byte (an input the kernel must not change, two
 // draws' outputs, a timed set's outputs against the checked launch's).
+//
+// ranges_differ, copy_ranges, fill_ranges: the same over a table of ranges in one launch (a
+// timing's thousands of small rotating sets: each its own driver call and synchronisation was
+// most of a few-token evaluation). blockIdx.y walks the table, blockIdx.x a range's bytes.
 
 typedef unsigned long long u64;
 #define NONE 0xFFFFFFFFFFFFFFFFull  // no such element found (the identity of a minimum)
@@ -110,6 +114,39 @@ extern "C" __global__ void __launch_bounds__(THREADS) bytes_differ(const unsigne
     }
     for (u64 i = words * 16 + first; i < n; i += stride) found |= a[i] != b[i];
     if (found) *differs = 1u;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) ranges_differ(const u64* __restrict__ table, u64 count,
+                                                                     unsigned* differs) {
+    for (u64 r = blockIdx.y; r < count; r += gridDim.y) {  // table: (a, b, bytes) triples
+        const unsigned char* a = (const unsigned char*)table[3 * r];
+        const unsigned char* b = (const unsigned char*)table[3 * r + 1];
+        const u64 n = table[3 * r + 2];
+        bool found = false;
+        for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+            found |= a[i] != b[i];
+        if (found) differs[r] = 1u;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) copy_ranges(const u64* __restrict__ table, u64 count) {
+    for (u64 r = blockIdx.y; r < count; r += gridDim.y) {  // table: (destination, source, bytes) triples
+        unsigned char* to = (unsigned char*)table[3 * r];
+        const unsigned char* from = (const unsigned char*)table[3 * r + 1];
+        const u64 n = table[3 * r + 2];
+        for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+            to[i] = from[i];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) fill_ranges(const u64* __restrict__ table, u64 count,
+                                                                  unsigned byte) {
+    for (u64 r = blockIdx.y; r < count; r += gridDim.y) {  // table: (start, bytes) pairs
+        unsigned char* to = (unsigned char*)table[2 * r];
+        const u64 n = table[2 * r + 1];
+        for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+            to[i] = (unsigned char)byte;
+    }
 }
 
 // A position-weighted sum of 8-byte words (mod 2^64): a resident copy of a draw's inputs or

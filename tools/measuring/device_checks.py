@@ -157,6 +157,38 @@ class DeviceChecks:
         self.device.launch(self.kernels["checksum"], (blocks,), (THREADS,),
                            [self._scratch, np.uint64(words), self._sink])
 
+    # -- many small ranges in one launch (a timing's rotating sets) ----------------------------
+
+    def _ranges_grid(self, table: "RangeTable") -> tuple[int, int]:
+        return max(1, min(self.blocks, -(-table.longest // (THREADS * 16)))), max(1, min(table.count, 65535))
+
+    def copy_ranges(self, table: "RangeTable") -> None:
+        """Each (destination, source, bytes) row copied; returns when done."""
+        if table.count:
+            self.device.launch(self.kernels["copy_ranges"], self._ranges_grid(table), (THREADS,),
+                               [table.buffer, np.uint64(table.count)])
+            self.device.synchronize()
+
+    def fill_ranges_async(self, table: "RangeTable", byte: int) -> None:
+        """Each (start, bytes) row set to `byte`, queued without waiting (capturable into a graph)."""
+        if table.count:
+            self.device.launch(self.kernels["fill_ranges"], self._ranges_grid(table), (THREADS,),
+                               [table.buffer, np.uint64(table.count), np.uint32(byte)])
+
+    def ranges_differ(self, table: "RangeTable") -> list[bool]:
+        """Whether the two ranges of each (a, b, bytes) row differ in any byte."""
+        if not table.count:
+            return []
+        flags = DeviceBuffer(4 * table.count)
+        try:
+            flags.fill_bytes(0)
+            self.device.launch(self.kernels["ranges_differ"], self._ranges_grid(table), (THREADS,),
+                               [table.buffer, np.uint64(table.count), flags])
+            self.device.synchronize()
+            return [bool(f) for f in flags.download(np.uint32, (table.count,))]
+        finally:
+            flags.close()
+
     def checksum(self, buffer: DeviceBuffer) -> int:
         """ResidentCase's checksum of a padded buffer (device_checks.cu, `checksum`)."""
         self._word.fill_bytes(0)
@@ -254,6 +286,27 @@ def merged(partials: np.ndarray) -> Findings:
 
 
 _CHECKS: dict[int, DeviceChecks] = {}
+
+
+class RangeTable:
+    """Rows of device addresses and byte counts (u64 words) on the GPU, for the *_ranges kernels;
+    built before a graph is captured, since nothing may be allocated while one is."""
+
+    def __init__(self, rows: list[tuple[int, ...]]):
+        self.count = len(rows)
+        self.longest = max((row[-1] for row in rows), default=0)  # every row ends with its byte count
+        words = np.array(rows, dtype=np.uint64).reshape(-1) if rows else np.zeros(1, np.uint64)
+        self.buffer = DeviceBuffer(words.nbytes)
+        self.buffer.upload(words)
+
+    def close(self) -> None:
+        self.buffer.close()
+
+    def __enter__(self) -> "RangeTable":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def on(device: Device) -> DeviceChecks:

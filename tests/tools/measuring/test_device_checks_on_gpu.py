@@ -156,3 +156,42 @@ def test_the_checksum_is_the_position_weighted_sum_of_words(gpu):
         assert gpu.checksum(buffer) != expected
     finally:
         buffer.close()
+
+
+def test_the_range_kernels_copy_fill_and_compare_every_row_of_a_table(gpu):
+    """The rotating sets' copies, fills and comparisons in one launch each (evaluation.RANGES_FROM):
+    rows of odd sizes and offsets, one of them long enough to span several blocks."""
+    from astra_kernels.tools.measuring.device_checks import RangeTable
+
+    sizes = [1, 3, 16, 255, 4099, 1 << 20, 7]
+    rng = np.random.default_rng(7)
+    data = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    source = [DeviceBuffer(n + 1) for n in sizes]
+    target = [DeviceBuffer(n + 1) for n in sizes]
+    try:
+        for buffer, array in zip(source, data):
+            buffer.upload(np.concatenate([[0x11], array]).astype(np.uint8))
+        for buffer in target:
+            buffer.fill_bytes(0xEE)
+        with RangeTable([(t.ptr + 1, s.ptr + 1, n) for t, s, n in zip(target, source, sizes)]) as table:
+            gpu.copy_ranges(table)
+        for buffer, array in zip(target, data):  # each row copied whole, the byte before it untouched
+            back = buffer.download(np.uint8, (array.size + 1,))
+            assert back[0] == 0xEE and np.array_equal(back[1:], array)
+        pairs = [(t.ptr + 1, s.ptr + 1, n) for t, s, n in zip(target, source, sizes)]
+        with RangeTable(pairs) as table:
+            assert gpu.ranges_differ(table) == [False] * len(sizes)
+        for row in (0, 4, 5):  # one byte changed in some rows: those rows, and only those, differ
+            at = sizes[row] - 1
+            DeviceBuffer.view(target[row].ptr + 1 + at, 1).upload(np.array([data[row][at] ^ 0x40], dtype=np.uint8))
+        with RangeTable(pairs) as table:
+            assert gpu.ranges_differ(table) == [i in (0, 4, 5) for i in range(len(sizes))]
+        with RangeTable([(t.ptr + 1, n) for t, n in zip(target, sizes)]) as table:
+            gpu.fill_ranges_async(table, 0x3C)
+            gpu.device.synchronize()
+        for buffer, n in zip(target, sizes):
+            back = buffer.download(np.uint8, (n + 1,))
+            assert back[0] == 0xEE and (back[1:] == 0x3C).all()
+    finally:
+        for buffer in [*source, *target]:
+            buffer.close()
