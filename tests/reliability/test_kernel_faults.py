@@ -21,6 +21,7 @@ from support import faulty
 from astra_kernels.tools.toolchain import compiler_process
 from astra_kernels.tools.measuring import correctness, device_checks, draws, sanitizer
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
+from astra_kernels.tools.toolchain.device import DeviceBuffer
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.toolchain.compiler import compile_many, compile_source
@@ -310,6 +311,7 @@ class _HostDevice:
     def __init__(self, kernel: _ScaleOnHost):
         self.kernel = kernel
         self.properties = SimpleNamespace(name="host fake", arch="sm_90")
+        self.stream = None  # no stream: each launch runs at once
 
     def load(self, module, name):
         return SimpleNamespace(name=name, info=module.kernel(name))
@@ -322,6 +324,13 @@ class _HostDevice:
 
     def launch(self, kernel, grid, block, args, shared=0, stream=None, pdl=False):
         self.kernel(*args)
+
+    def prepare(self, kernel, grid, block, args, shared=0):
+        """Device.prepare's launch: the same arguments, each buffer at the pointer the call gives."""
+        def launch(pointers, stream):
+            given = iter(pointers)
+            self.kernel(*[DeviceBuffer.view(next(given), a.nbytes) if isinstance(a, DeviceBuffer) else a for a in args])
+        return launch
 
     def synchronize(self, stream=None):
         pass
