@@ -2,7 +2,7 @@
 
 from astra_kernels.tools.measuring.problem import Tolerance
 
-from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
+from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec, Seed
 
 _SERVING = [{"T": t, "D": d} for t in (1, 16, 128, 2048, 16384) for d in (14336, 28672)]
 _ANCHORS = [
@@ -13,6 +13,18 @@ _ANCHORS = [
     ((16, 12288), 7.23, 1.84, 7.32, 1.85),
     ((64, 8192), 5.68, 2.32, 5.93, 2.56),
     ((2048, 14336), 44.79, 42.09, 64.05, 59.76),
+]
+# Inductor's launch of this op as a point of the template (torch.compile's Triton kernel, read with
+# Nsight Compute in docs/performance.md entry 11): one flat grid of 128-thread CTAs, each thread one
+# 16-byte vector of each half, 1024 bf16 outputs a CTA; and the same with the streaming hints. At
+# the large token counts torch.compile led the tuned table by 3-5% on an H200 (a sweep bench,
+# 2026-11-28) while the searches had measured 2-4 flat configurations a shape, all with UNROLL=1
+# and no hints: seeded, every tune measures the peer's own launch shape at every shape.
+SEEDS = [
+    Seed(note="Inductor's pointwise launch: a flat grid of 128-thread CTAs, one 16-byte vector a thread" + form,
+         config={"FLAT": "1", "THREADS": "128", "VEC": "16 // ELEM_BYTES", "UNROLL": "1", "CHUNKS": "1", "ROWS": "1",
+                 "FAST_MATH": "1", "STREAM": stream})
+    for stream, form in (("0", ""), ("1", "; streaming cache hints"))
 ]
 
 SPEC = KernelSpec(
@@ -39,6 +51,7 @@ SPEC = KernelSpec(
     # 2026-11-22: 0.1% of elements past atol 1e-5, relative norm error 1.3e-6), so fp32 allows an
     # absolute 1e-4 and keeps the default relative and norm bounds.
     tolerances={"fp32": Tolerance(rtol=1e-4, atol=1e-4, max_norm_error=1e-5)},
+    seeds=SEEDS,
     sweep_widths=[{"D": 11008}, {"D": 18944}],  # the sweep's widths in no set: Llama-2-7B's and Qwen2-7B's intermediate sizes
     anchors=[
         a for (t, d), hs, hc, ns, nc in _ANCHORS
