@@ -33,6 +33,10 @@ class ShapeMeasurement(BaseModel):
     floor_us: float | None = None  # bytes moved over the measured bandwidth of the kernel's own read/write mix (copy's in old recordings)
     config: dict[str, int] = Field(default_factory=dict)
     message: str = ""
+    # what the compile and the occupancy query said for this shape's configuration (the profiler
+    # evidence's, nodes/shared/evidence.py); None where the evaluation did not report them
+    registers: int | None = None
+    occupancy_blocks_per_sm: int | None = None
 
 
 class Message(BaseModel):

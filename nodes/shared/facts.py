@@ -19,15 +19,8 @@ from astra_kernels.kernels_sglang.schema import KERNEL_DTYPE, KernelSpec
 from astra_kernels.tools.measuring.problem import Problem
 from astra_kernels.tools.toolchain.dtypes import C_TYPES
 
-LATENCY_BOUND_RATIO = 0.5
-"""A shape whose bytes floor is below this many launch floors is latency-bound: moving its bytes
-at full bandwidth costs less than half an empty launch, so launch and ramp-up overhead, not
-bandwidth, decide its time, and the bytes floor is out of reach. (At 2, as before 2026-11-27,
-silu_and_mul 64x8192, whose bytes floor equals its launch floor, read latency-bound.)"""
-
-LATENCY_DONE_RATIO = 1.5
-"""A latency-bound shape within this many launch floors is done: what remains is launch cost."""
-
+from .evidence import describe_evidence, front_evidence
+from .floors import LATENCY_DONE_RATIO, ShapeRow
 
 @dataclass(frozen=True)
 class Helper:
@@ -194,36 +187,6 @@ def describe_gpu(device: dict, copy_bandwidth_gbs: float | None = None, launch_f
     return "- GPU: " + "; ".join(parts) if parts else ""
 
 
-@dataclass(frozen=True)
-class ShapeRow:
-    label: str
-    us: float | None = None
-    floor_us: float | None = None  # bytes moved / the bandwidth of the kernel's own mix (the physical floor)
-    launch_floor_us: float | None = None
-    baseline_us: float | None = None
-
-    @classmethod
-    def from_measurement(cls, m, *, launch_floor_us: float | None = None,
-                         baseline_us: float | None = None) -> ShapeRow:
-        """A row from a graph/state.py ShapeMeasurement: its floor_us, else its fraction of copy
-        bandwidth times its time (the same number: floor / time is that fraction)."""
-        floor = getattr(m, "floor_us", None) or (
-            m.fraction_of_copy_bandwidth * m.median_us if m.fraction_of_copy_bandwidth and m.median_us else None)
-        return cls(m.label, m.median_us, floor, launch_floor_us, baseline_us)
-
-    def bound(self) -> str | None:
-        if not self.floor_us or not self.launch_floor_us:
-            return None
-        return "latency-bound" if self.floor_us < LATENCY_BOUND_RATIO * self.launch_floor_us else "bandwidth-bound"
-
-    def done(self, done_fraction: float) -> bool | None:
-        if self.us is None or self.bound() is None:
-            return None
-        if self.bound() == "latency-bound":
-            return self.us <= LATENCY_DONE_RATIO * self.launch_floor_us
-        return self.us <= self.floor_us / done_fraction
-
-
 def describe_shapes(rows: list[ShapeRow], *, done_fraction: float = 0.9) -> str:
     """One line per shape against both floors, then which shapes are done and which are not."""
     lines, done, open_, unjudged = [], [], [], []
@@ -312,7 +275,8 @@ def model_facts(state: AgentState) -> str:
                                          gpu.get("launch_floor_us"))),
                 ("What common.cuh gives kernels", device_helpers()),
                 ("Each shape: the fastest correct kernel measured there so far", describe_shapes(rows)),
-                ("Which kernel holds each shape", holders)]
+                ("Which kernel holds each shape", holders),
+                ("Where the time goes, by shape class (profiler evidence)", describe_evidence(front_evidence(state)))]
     best = Candidate.model_validate(state["best"]) if state.get("best") else None
     if best is not None and resources(best):
         sections.append((f"Candidate {best.id}'s resources", resources(best)))

@@ -183,6 +183,8 @@ def evaluate(context, kernel: str, dtype: str, shapes: list[dict[str, int]], can
             fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
             floor_us=result.mix_floor_us or result.floor_us,  # a recording from before the mix floor has the copy's
             message=(failed or result.message)[:1500],
+            registers=result.kernel_info.resources.registers if result.kernel_info else None,
+            occupancy_blocks_per_sm=result.occupancy_blocks_per_sm,
         ))
     update: dict = {"measurements": measurements, "gpu_seconds": candidate.gpu_seconds + seconds,
                     "copy_bandwidth_gbs": candidate.copy_bandwidth_gbs or bandwidth}
