@@ -43,6 +43,9 @@ DECODE_TOKENS = 16  # shapes of at most this many tokens must come within DECODE
 DECODE_GOAL = 1.3
 SPEEDUP_GOAL = 1.5  # geometric mean over Astra's shapes, over SGLang's kernel (issue 18)
 PEER_SPEEDUP_GOAL = 1.15  # the same over the fastest peer at each shape
+# Issue 42's goal over the token axis: behind the fastest peer by no more than this or the spread,
+# whichever is larger, at every token count of every width (a sweep: `--set sweep`).
+SWEEP_MARGIN = 0.02
 
 
 def shipped_table(kernel: str, device_name: str, l2: str = "cold") -> DispatchTable | None:
@@ -171,12 +174,17 @@ class BenchRow(BaseModel):
     def slower_than_best_peer(self) -> bool:
         """Slower than the fastest peer by more than the timing spread of either measurement (the
         project's noise bound where a spread was not recorded)."""
+        return self.slower_than_best_peer_by(TIMING_NOISE)
+
+    def slower_than_best_peer_by(self, margin: float) -> bool:
+        """Slower than the fastest peer by more than `margin` or the timing spread of either
+        measurement, whichever is larger."""
         best = self.best_peer
         if best is None or not self.tuned_us:
             return False
         spreads = {"SGLang baseline": self.baseline_spread, "SGLang JIT": self.sglang_jit_spread,
                    "torch eager": self.torch_eager_spread, "torch.compile": self.torch_compile_spread}
-        noise = max(self.tuned_spread or 0.0, spreads[best[0]] or 0.0, TIMING_NOISE)
+        noise = max(self.tuned_spread or 0.0, spreads[best[0]] or 0.0, margin)
         return self.tuned_us > best[1] * (1.0 + noise)
 
     @property
@@ -262,6 +270,28 @@ class BenchReport(BaseModel):
                                 if self.launch_floor_pdl_us else "")
                              + "; PDL speedup of the tuned kernel over its plain launch "
                              f"{_geomean([r.tuned_us / r.tuned_pdl_us for r in pdl]):.3f}x (geometric mean)")
+        lines += self.per_width()
+        return lines
+
+    def per_width(self) -> list[str]:
+        """Issue 42's counts, one line per kernel and width (the shape but its token count) timed at
+        several token counts: at how many the table is behind the fastest peer by more than the larger
+        of SWEEP_MARGIN and either spread, and its geometric mean over that peer."""
+        groups: dict[tuple[str, str], list[BenchRow]] = {}
+        for r in self.rows:
+            if r.speedup_over_best_peer is not None:
+                width = "x".join(str(v) for v in list(r.shape.values())[1:])
+                groups.setdefault((r.kernel, width), []).append(r)
+        lines = []
+        for (kernel, width), rows in groups.items():
+            if len(rows) < 2:
+                continue
+            behind = [r for r in rows if r.slower_than_best_peer_by(SWEEP_MARGIN)]
+            worst = min(rows, key=lambda r: r.speedup_over_best_peer)
+            lines.append(f"{kernel} at width {width}, {len(rows)} token counts: behind the fastest peer by more than "
+                         f"{SWEEP_MARGIN:.0%} or the spread at {len(behind)}, geometric mean "
+                         f"{_geomean([r.speedup_over_best_peer for r in rows]):.3f}x over it (worst "
+                         f"{worst.tokens} tokens {worst.speedup_over_best_peer:.3f}x of {worst.best_peer[0]})")
         return lines
 
 

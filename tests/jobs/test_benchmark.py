@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -433,3 +434,21 @@ def test_the_sweep_set_is_the_token_axis_at_the_serving_widths_and_some_in_no_se
         assert tuned == [s for s in shapes if tuple(s[k] for k in spec.symbols[1:]) in serving], name
         folder = suite.load(name)
         suite.check_run(folder, shapes, spec.default_dtype())  # the baseline runs at every point
+
+
+def test_the_sweep_counts_per_kernel_and_width_use_the_larger_of_two_percent_and_the_spread():
+    """Issue 42's goal line: per kernel and width, the token counts behind the fastest peer beyond
+    the larger of 2% and either spread, and the geometric mean over that peer."""
+    rows = [
+        _row("silu_and_mul", "1x14336", 5.0, 2.00, torch_compile_us=1.98, torch_compile_spread=0.01),  # 1% behind: level
+        _row("silu_and_mul", "2x14336", 5.0, 2.10, torch_compile_us=2.00, torch_compile_spread=0.01),  # 5% behind
+        _row("silu_and_mul", "4x14336", 5.0, 2.10, torch_compile_us=2.00, torch_compile_spread=0.08),  # within its spread
+        _row("silu_and_mul", "8x14336", 5.0, 1.90, torch_compile_us=2.00),                             # ahead
+        _row("silu_and_mul", "16x4096", 5.0, 2.0, torch_compile_us=2.0),  # one count at this width: no line
+    ]
+    lines = _report(rows).per_width()
+    assert len(lines) == 1 and lines[0].startswith("silu_and_mul at width 14336, 4 token counts: ")
+    assert "more than 2% or the spread at 1," in lines[0]
+    expected = math.prod([1.98 / 2.0, 2.0 / 2.1, 2.0 / 2.1, 2.0 / 1.9]) ** 0.25
+    assert f"geometric mean {expected:.3f}x" in lines[0] and "(worst 2 tokens 0.952x of torch.compile)" in lines[0]
+    assert lines[0] in _report(rows).goals()
