@@ -64,6 +64,9 @@ class RunContext:
     # off, it starts from the baseline only.
     search_floor: bool = True
     gpu: int = 0
+    # Profile the slowest shape of each class for its holder with Nsight Compute after each round,
+    # where ncu is installed and the run measures on a GPU of this machine (nodes/shared/evidence.py)
+    nsight: bool = True
     approve: bool = False  # pause before accepting a faster candidate, for a person's yes or no
     results: str = "out/agent/results.sqlite"  # the results store every evaluation goes through
     out: str | None = None  # where the reporter writes report.md / report.json (None: state only)

@@ -180,6 +180,7 @@ class AgentState(TypedDict, total=False):
     decision: dict | None  # a Decision
     history: Annotated[list[dict], operator.add]  # every finished Candidate, in order
     lessons: Annotated[list[str], operator.add]  # the planner's notes of what the results taught, "round N: ..."
+    nsight: Annotated[dict[str, dict], operator.or_]  # shape label: Nsight Compute's counters for its holder (evidence.py)
     events: Annotated[list[str], operator.add]  # what happened, one line each, for reports
     calls: Annotated[list[dict], operator.add]  # every model request (ModelCall), for the costs
     gpu_seconds: Annotated[float, operator.add]  # the agent's own evaluations on the GPU (a replay: as recorded)

@@ -19,6 +19,7 @@ from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
 
 from astra_kernels.nodes.shared.attempts import holder, per_shape_change
+from astra_kernels.nodes.shared.evidence import nsight_profiles
 from astra_kernels.nodes.shared.progress import say
 
 
@@ -76,4 +77,8 @@ def profile(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     records = [c.model_copy(update={"conversation": []}).model_dump() for c in finished]  # checkpoints stay small
     update = {"front": front, "history": records, "events": lines, "drafts": None, "candidate": None}
     update["best"] = holder({**state, "front": front, "history": state.get("history", []) + records}).model_dump()
+    if profiles := nsight_profiles({**state, **update, "history": state.get("history", []) + records}, runtime.context):
+        update["nsight"] = profiles
+        lines += [say("profiler", f"Nsight Compute at {label} (candidate {p['candidate']}): {p['facts'] or p['message']}")
+                  for label, p in profiles.items()]
     return update

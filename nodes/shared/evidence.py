@@ -5,7 +5,9 @@ These facts come from the project's own probes, and the prompt says so: the laun
 candidate's template at its configuration, instantiated for the shape and the GPU), the compile's
 registers and CTAs per SM where the evaluation reported them, the measured time against the
 kernel's own read/write-mix floor and the launch floor. Nsight Compute's counters (achieved
-occupancy, warp-stall reasons, L2 hit rate) are not collected here. A shape class is the shapes
+occupancy, warp-stall reasons, L2 hit rate) come from tools/measuring/nsight.py where ncu is
+installed and the run measures on a GPU here: the profiler node measures the slowest shape of each
+class for its holder (nsight_profiles), and the prompt shows them beside these. A shape class is the shapes
 the floors call latency-bound, or bandwidth-bound (floors.ShapeRow.bound); each class gets the
 ranges of its shapes and the bottleneck named at each, counted:
 
@@ -37,10 +39,14 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from astra_kernels.evaluators import replayed
 from astra_kernels.graph.state import AgentState, Candidate
 from astra_kernels.kernels_sglang import suite
+from astra_kernels.tools.measuring import nsight
+from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.templating.template import Exclusion, TemplateError, parse_template
 
+from . import measure
 from .floors import LATENCY_DONE_RATIO, ShapeRow
 
 # Threads an SM holds at most, by architecture (the CUDA programming guide's table); an unknown
@@ -135,14 +141,19 @@ def launch_geometry(kernel: str, candidate: Candidate, config: dict[str, int], s
     return math.prod(instance.grid), math.prod(instance.block)
 
 
+def _candidates(state: AgentState) -> dict[int, Candidate]:
+    """Every candidate the state keeps, by id: the baseline, the best and the finished ones."""
+    return {c["id"]: Candidate.model_validate(c)
+            for c in [state.get("baseline"), state.get("best"), *(state.get("history") or [])] if c}
+
+
 def front_evidence(state: AgentState) -> list[ShapeEvidence]:
     """The evidence at every shape of the front, for the kernel holding it."""
     spec = suite.load(state["kernel"]).spec
     gpu = state.get("gpu") or {}
     device = gpu.get("device") or {}
     sms, arch = device.get("multiprocessors"), device.get("arch")
-    known = {c["id"]: Candidate.model_validate(c)
-             for c in [state.get("baseline"), state.get("best"), *(state.get("history") or [])] if c}
+    known = _candidates(state)
     shapes = {spec.label(s): s for s in state.get("shapes") or []}
     rows = []
     for label, entry in (state.get("front") or {}).items():
@@ -166,8 +177,50 @@ def _span(values: list[float], form: str) -> str:
     return form.format(low) if form.format(low) == form.format(high) else f"{form.format(low)}-{form.format(high)}"
 
 
-def describe_evidence(rows: list[ShapeEvidence]) -> str:
-    """Per shape class: the ranges over its shapes, then the bottleneck at each, counted."""
+def local_gpu(context, kernel: str) -> EvaluationWorker | None:
+    """The run's worker where it measures on a GPU of this machine (ncu wraps a process here); None
+    for a replay, a cluster or a scripted evaluator."""
+    worker = measure.stored_evaluator(context, kernel).worker
+    return worker if isinstance(worker, EvaluationWorker) and not replayed(worker) else None
+
+
+def nsight_profiles(state: AgentState, context) -> dict[str, dict]:
+    """Nsight Compute's counters at the slowest shape of each class, for the kernel holding it there
+    (tools/measuring/nsight.py), where the run measures on a local GPU and `context.nsight` is on; a
+    shape already profiled for the same holder is not profiled again. By shape label: the holder,
+    the counters as a line of facts, and what ncu said."""
+    worker = local_gpu(context, state["kernel"]) if context.nsight else None
+    if worker is None:
+        return {}
+    spec = suite.load(state["kernel"]).spec
+    shapes = {spec.label(s): s for s in state.get("shapes") or []}
+    done, known, found = state.get("nsight") or {}, _candidates(state), {}
+    rows = [r for r in front_evidence(state) if r.label in shapes and r.row.us]
+    for bound in ("latency-bound", "bandwidth-bound"):
+        members = [r for r in rows if r.bound == bound]
+        if not members:
+            continue
+        label = max(members, key=lambda r: r.row.us).label
+        entry = state["front"][label]
+        holder = known.get(entry["candidate"])
+        if holder is None or done.get(label, {}).get("candidate") == entry["candidate"]:
+            continue
+        pinned = holder.model_copy(update={"configs": {label: entry.get("config") or {}}})
+        _, planned = measure.requests(context, state["kernel"], state["dtype"], [shapes[label]], pinned)
+        request = planned[0][3]
+        if isinstance(request, Exclusion):
+            continue
+        report = nsight.profile(request, device_index=worker.device_index)
+        found[label] = {"candidate": entry["candidate"], "origin": entry["origin"], "facts": report.facts(),
+                        "message": report.message}
+        if not report.available:
+            break  # not installed: the same answer at every shape
+    return found
+
+
+def describe_evidence(rows: list[ShapeEvidence], profiles: dict[str, dict] | None = None) -> str:
+    """Per shape class: the ranges over its shapes, then the bottleneck at each, counted; then
+    Nsight Compute's counters where `profiles` (nsight_profiles's, kept in the state) has them."""
     lines = []
     for bound in ("latency-bound", "bandwidth-bound", None):
         members = [r for r in rows if r.bound == bound]
@@ -195,11 +248,19 @@ def describe_evidence(rows: list[ShapeEvidence]) -> str:
                           for what, n in counts.most_common())
         lines.append(f"- {name}, {len(members)} shape{'s' * (len(members) > 1)}: " + ", ".join(facts)
                      + f". Bottleneck: {named}.")
-    if lines:
-        median = statistics.median(r.mix_fraction for r in rows if r.mix_fraction) if any(
-            r.mix_fraction for r in rows) else None
-        lines.insert(0, "From the project's probes (each shape's holder: its launch geometry, the compile's "
-                        "occupancy where reported, its time against the floors); Nsight Compute's counters "
-                        "(achieved occupancy, stall reasons, L2 hit rate) were not collected."
-                     + (f" Median over the shapes: {100 * median:.0f}% of the mix's bandwidth." if median else ""))
+    if not lines:
+        return ""
+    front = {r.label: r for r in rows}
+    measured = {label: p for label, p in (profiles or {}).items() if p.get("facts") and label in front}
+    for label, p in measured.items():
+        lines.append(f"- Nsight Compute at {label} (candidate {p['candidate']}, {p['origin']}): {p['facts']}.")
+    median = statistics.median(r.mix_fraction for r in rows if r.mix_fraction) if any(
+        r.mix_fraction for r in rows) else None
+    why_not = next((p["message"] for p in (profiles or {}).values() if not p.get("facts") and p.get("message")), "")
+    source = ("Nsight Compute measured the slowest shape of each class (its lines below)." if measured else
+              "Nsight Compute's counters (achieved occupancy, stall reasons, L2 hit rate) were not collected"
+              + (f": {why_not}." if why_not else "."))
+    lines.insert(0, "From the project's probes (each shape's holder: its launch geometry, the compile's occupancy "
+                    f"where reported, its time against the floors). {source}"
+                 + (f" Median over the shapes: {100 * median:.0f}% of the mix's bandwidth." if median else ""))
     return "\n".join(lines)

@@ -276,7 +276,7 @@ def model_facts(state: AgentState) -> str:
                 ("What common.cuh gives kernels", device_helpers()),
                 ("Each shape: the fastest correct kernel measured there so far", describe_shapes(rows)),
                 ("Which kernel holds each shape", holders),
-                ("Where the time goes, by shape class (profiler evidence)", describe_evidence(front_evidence(state)))]
+                ("Where the time goes, by shape class (profiler evidence)", describe_evidence(front_evidence(state), state.get("nsight")))]
     best = Candidate.model_validate(state["best"]) if state.get("best") else None
     if best is not None and resources(best):
         sections.append((f"Candidate {best.id}'s resources", resources(best)))

@@ -80,3 +80,60 @@ def test_the_model_s_facts_carry_the_front_s_evidence():
     text = facts.model_facts(state)
     assert "## Where the time goes, by shape class (profiler evidence)" in text
     assert "too few CTAs at 1 (1x4096)" in text and "83% of the mix's bandwidth" in text
+
+
+def test_nsight_s_counters_are_shown_where_measured_and_why_not_where_not():
+    rows = [evidence("8x4096", 5.0, 0.2, ctas=8), evidence("16384x4096", 130.0, 100.0, ctas=16384, per_sm=8)]
+    measured = {"16384x4096": {"candidate": 3, "origin": "tune", "facts": "DRAM throughput 71% of peak",
+                               "message": "ncu measured 2 counters"}}
+    text = describe_evidence(rows, measured)
+    assert "Nsight Compute measured the slowest shape of each class" in text.splitlines()[0]
+    assert "- Nsight Compute at 16384x4096 (candidate 3, tune): DRAM throughput 71% of peak." in text
+    missing = {"8x4096": {"candidate": 0, "origin": "baseline", "facts": "", "message": "ncu is not installed here"}}
+    assert "were not collected: ncu is not installed here." in describe_evidence(rows, missing).splitlines()[0]
+
+
+def test_nsight_is_not_run_on_a_replay(monkeypatch):
+    """A replay measures nothing: no ncu run, whatever the context asks."""
+    from astra_kernels.graph.context import RunContext
+    from astra_kernels.nodes.shared import evidence as module
+
+    calls = []
+    monkeypatch.setattr(module.nsight, "profile", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(module, "local_gpu", lambda context, kernel: None)
+    state = {"kernel": "silu_and_mul", "dtype": "bf16", "shapes": [{"T": 1, "D": 4096}], "front": {}}
+    assert module.nsight_profiles(state, RunContext(replay="recorded")) == {} and calls == []
+
+
+def test_nsight_profiles_the_slowest_shape_of_each_class_once_per_holder(monkeypatch):
+    from types import SimpleNamespace
+
+    from astra_kernels.graph.context import RunContext
+    from astra_kernels.nodes.shared import evidence as module
+    from astra_kernels.tools.measuring.nsight import DRAM, NsightReport
+
+    silu = suite.load("silu_and_mul")
+    labels = {"1x4096": 3.0, "2x4096": 3.2, "2048x4096": 30.0, "16384x4096": 130.0}
+    floors = {"1x4096": 0.01, "2x4096": 0.02, "2048x4096": 20.0, "16384x4096": 100.0}
+    shapes = [silu.spec.parse_shape(label) for label in labels]
+    baseline = Candidate(id=0, origin="baseline", source=silu.baseline.source, verdict="passed").model_dump()
+    state = {"kernel": "silu_and_mul", "dtype": "bf16", "shapes": shapes, "baseline": baseline, "best": baseline,
+             "history": [], "gpu": {"device": H200, "launch_floor_us": 1.3},
+             "front": {label: {"candidate": 0, "origin": "baseline", "median_us": us, "floor_us": floors[label],
+                               "config": {}} for label, us in labels.items()}}
+    asked = []
+    monkeypatch.setattr(module, "local_gpu", lambda context, kernel: SimpleNamespace(device_index=1))
+    monkeypatch.setattr(module.measure, "requests", lambda context, kernel, dtype, shapes, candidate:
+                        (None, [(shapes[0], silu.spec.label(shapes[0]), {}, f"request {silu.spec.label(shapes[0])}")]))
+
+    def profile(request, device_index):
+        asked.append((request, device_index))
+        return NsightReport(available=True, kernel="act_and_mul", metrics={DRAM: 50.0}, message="measured")
+
+    monkeypatch.setattr(module.nsight, "profile", profile)
+    found = module.nsight_profiles(state, RunContext())
+    assert sorted(asked) == [("request 16384x4096", 1), ("request 2x4096", 1)]  # the slowest of each class
+    assert found["16384x4096"] == {"candidate": 0, "origin": "baseline", "facts": "DRAM throughput 50% of peak",
+                                   "message": "measured"}
+    assert module.nsight_profiles({**state, "nsight": found}, RunContext()) == {}  # the same holders: not again
+    assert module.nsight_profiles(state, RunContext(nsight=False)) == {} and len(asked) == 2

@@ -14,7 +14,6 @@ import dataclasses
 import os
 import pickle
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from astra_kernels.tools.toolchain.processes import child_environment, python_command
+from astra_kernels.tools.toolchain.toolkit import toolkit_program
 from .evaluation import EvaluationRequest, EvaluationResult
 
 ERROR_EXIT_CODE = 86  # what compute-sanitizer exits with when it found errors (--error-exitcode)
@@ -48,14 +48,8 @@ class SanitizerReport(BaseModel):
 
 
 def find_compute_sanitizer() -> str | None:
-    """On PATH, else in the CUDA toolkit ($CUDA_HOME or /usr/local/cuda)."""
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root and os.access(candidate := os.path.join(root, "bin", "compute-sanitizer"), os.X_OK):
-            return candidate
-    return None
+    """On PATH, else in the CUDA toolkit (toolkit.toolkit_program)."""
+    return toolkit_program("compute-sanitizer")
 
 
 def parse_memcheck(output: str) -> tuple[list[str], int | None]:

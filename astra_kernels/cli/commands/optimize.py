@@ -62,6 +62,9 @@ def add_agent_arguments(parser) -> None:
     parser.add_argument("--no-search-floor", dest="search_floor", action="store_false",
                         help="start from the baseline alone, without first measuring the table shipped for this GPU "
                              "(the search floor every candidate otherwise competes with)")
+    parser.add_argument("--no-nsight", dest="nsight", action="store_false",
+                        help="do not profile the slowest shape of each class with Nsight Compute after each round "
+                             "(done where ncu is installed and the run measures on a GPU of this machine)")
 
 
 def agent_settings(args) -> dict:
@@ -74,7 +77,7 @@ def agent_settings(args) -> dict:
         **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
         candidates=args.candidates, timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds,
         retries=args.retries, wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2,
-        tune_seconds=args.tune_seconds, gpu=args.gpu, search_floor=args.search_floor)
+        tune_seconds=args.tune_seconds, gpu=args.gpu, search_floor=args.search_floor, nsight=args.nsight)
 
 
 def add_parser(sub) -> None:
