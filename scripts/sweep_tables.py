@@ -5,8 +5,9 @@
 
 Each GPU takes the next kernel from a queue (the order given: put the costliest first) and runs
 `astra tune KERNEL --set sweep,SETS --budget B --start shipped --l2 L2 --gpu G --out OUT/L2/KERNEL`,
-SETS the spec's own (astra, serving, odd): the table that replaces the shipped one keeps every
-shape the shipped one was tuned at, and adds the token axis at the serving widths;
+SETS the spec's timed sets (astra, serving; the odd shapes are checked, never tuned): the table that
+replaces the shipped one keeps every shape the shipped one was tuned at, and adds the token axis at
+the serving widths;
 its output in OUT/logs/KERNEL-L2.log with the time of each line. The local path, not `--ray`: each
 process draws ahead on its own cores (tools/measuring/draws.py), which a cluster's workers do not
 yet, and a kernel's table comes from one GPU, so its picks are compared on one device. At
@@ -38,15 +39,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+_SUMMARY_LOCK = threading.Lock()  # the queues of one script: os.replace keeps two scripts' writes whole
 KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "topk_softmax", "rotary_embedding",
            "per_token_group_quant_fp8", "merge_attn_states")
 
 
 def tuned_sets(kernel: str) -> str:
-    """The sweep and every set of the kernel's spec: what a table replacing the shipped one is tuned at."""
+    """The sweep and the spec's timed sets (all but `odd`): what a table replacing the shipped one
+    is tuned at. The odd shapes are checked, never tuned: a table entry at 1x4097 would be the
+    nearest tuned shape for 1x4096 (dispatch's log distance), with a configuration chosen for a
+    width no vector divides."""
     from astra_kernels.kernels_sglang import suite
 
-    return ",".join(["sweep", *suite.load(kernel).spec.shapes])
+    return ",".join(["sweep", *(name for name in suite.load(kernel).spec.shapes if name != "odd")])
 
 
 def tune_command(out: Path, kernel: str, l2: str, gpu: int, budget: int, extra: list[str]) -> list[str]:
@@ -114,9 +119,16 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
     result = {"l2": l2, "budget": budget, "gpus": gpus, "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "kernels": {k: summary[k] for k in kernels if k in summary}}
     name = f"{'bench' if command is bench_command else 'sweep'}-{l2}.json"
-    # Kept beside what earlier runs (other kernels, other GPUs of the host, an earlier call) wrote there.
-    earlier = json.loads((out / name).read_text()).get("kernels", {}) if (out / name).is_file() else {}
-    (out / name).write_text(json.dumps({**result, "kernels": {**earlier, **result["kernels"]}}, indent=1) + "\n")
+    # Kept beside what earlier runs (other kernels, other GPUs of the host, an earlier call) wrote
+    # there, a kernel they finished staying finished; written whole or not at all (os.replace), as
+    # two queues on one host may both be writing it.
+    with _SUMMARY_LOCK:
+        earlier = json.loads((out / name).read_text()).get("kernels", {}) if (out / name).is_file() else {}
+        kept = {**earlier, **{k: v for k, v in result["kernels"].items()
+                             if v["ended"] == "finished" or earlier.get(k, {}).get("ended") != "finished"}}
+        staged = out / f".{name}.{os.getpid()}"
+        staged.write_text(json.dumps({**result, "kernels": kept}, indent=1) + "\n")
+        os.replace(staged, out / name)
     return result
 
 

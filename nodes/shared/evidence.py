@@ -51,8 +51,8 @@ from .floors import LATENCY_DONE_RATIO, ShapeRow
 
 # Threads an SM holds at most, by architecture (the CUDA programming guide's table); an unknown
 # architecture shows CTAs per SM without a fraction.
-MAX_THREADS_PER_SM = {"sm_70": 2048, "sm_75": 1024, "sm_80": 2048, "sm_86": 1536, "sm_87": 2048, "sm_89": 1536,
-                      "sm_90": 2048, "sm_100": 2048, "sm_120": 1536}
+MAX_THREADS_PER_SM = {"sm_70": 2048, "sm_75": 1024, "sm_80": 2048, "sm_86": 1536, "sm_89": 1536, "sm_90": 2048,
+                      "sm_100": 2048, "sm_120": 1536}
 AT_FLOOR_FRACTION = 0.9  # of the mix's bandwidth: what is left is noise and the probe's own margin
 LAUNCH_COST = 2.0  # launch floors: below this, a faster body saves at most one launch floor
 LOW_OCCUPANCY = 0.25  # of the SM's threads resident
@@ -86,9 +86,11 @@ class ShapeEvidence:
 
     @property
     def waves(self) -> float | None:
-        if not self.ctas or not self.sms:
+        """CTAs over what the GPU holds at once; None where the compile's CTAs per SM is unknown (a
+        tuned holder's search keeps no occupancy), never guessed as one."""
+        if not self.ctas or not self.sms or not self.ctas_per_sm:
             return None
-        return self.ctas / (self.sms * (self.ctas_per_sm or 1))
+        return self.ctas / (self.sms * self.ctas_per_sm)
 
     @property
     def occupancy(self) -> float | None:
@@ -101,6 +103,8 @@ class ShapeEvidence:
 
     def bottleneck(self) -> str:
         launch, mix = self.launch_multiple, self.mix_fraction
+        if self.bound is None:
+            return "not judged (a time or a floor unknown)"
         if self.bound == "bandwidth-bound" and mix is not None and mix >= AT_FLOOR_FRACTION:
             return "at the floor"
         if self.bound == "latency-bound" and launch is not None and launch <= LATENCY_DONE_RATIO:

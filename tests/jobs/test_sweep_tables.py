@@ -56,12 +56,16 @@ def test_each_kernel_is_tuned_once_by_the_gpu_that_takes_it(tmp_path):
     facts = result["kernels"]["merge_attn_states"]
     assert facts["ended"] == "finished", (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()[-2000:]
     log = (tmp_path / "out/logs/merge_attn_states-cold.log").read_text()
-    assert log.count("$ ") == 1 and "--set sweep,astra,serving,odd" in log and f"--gpu {facts['gpu']}" in log
+    assert log.count("$ ") == 1 and "--set sweep,astra,serving " in log and f"--gpu {facts['gpu']}" in log
     assert json.loads((tmp_path / "out/sweep-cold.json").read_text())["kernels"] == result["kernels"]
     again = sweep.tune_all(tmp_path / "out", ["rmsnorm"], "cold", [0], budget=1, seconds=0, extra=[])
     assert again["kernels"] == {"rmsnorm": {"gpu": 0, "ended": "not started (out of time)"}}
     kept = json.loads((tmp_path / "out/sweep-cold.json").read_text())["kernels"]  # the earlier run's kernel kept
     assert kept == {**result["kernels"], **again["kernels"]}
+    late = sweep.tune_all(tmp_path / "out", ["merge_attn_states"], "cold", [0], budget=1, seconds=0, extra=[])
+    assert late["kernels"]["merge_attn_states"]["ended"] == "not started (out of time)"
+    kept = json.loads((tmp_path / "out/sweep-cold.json").read_text())["kernels"]  # finished stays finished
+    assert kept["merge_attn_states"] == facts and not list((tmp_path / "out").glob(".sweep-cold.json.*"))
 
 
 def test_the_bench_of_a_kernel_takes_the_table_tuned_here_when_there_is_one(tmp_path):

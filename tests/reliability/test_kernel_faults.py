@@ -300,6 +300,22 @@ class _HostChecks(device_checks.DeviceChecks):
     def evict_l2_async(self):
         """Emptying L2 changes no value: nothing to emulate."""
 
+    @staticmethod
+    def _rows(table, width):
+        return _at(table.buffer.ptr, np.uint64, table.count * width).reshape(-1, width).tolist() if table.count else []
+
+    def copy_ranges(self, table):
+        for to, source, nbytes in self._rows(table, 3):
+            ctypes.memmove(to, source, nbytes)
+
+    def fill_ranges_async(self, table, byte):
+        for to, nbytes in self._rows(table, 2):
+            ctypes.memset(to, byte, nbytes)
+
+    def ranges_differ(self, table):
+        return [not np.array_equal(_at(a, np.uint8, nbytes), _at(b, np.uint8, nbytes))
+                for a, b, nbytes in self._rows(table, 3)]
+
     def checksum(self, buffer):
         words = _at(buffer.ptr, np.uint64, buffer.nbytes // 8)
         return int((words * (2 * np.arange(words.size, dtype=np.uint64) + 1)).sum(dtype=np.uint64))
@@ -387,6 +403,7 @@ def host_gpu(monkeypatch):
             held._resident.popitem()[1].close()
 
 
+@pytest.mark.parametrize("sets", [3, 16])  # 16: evaluation.RANGES_FROM, the sets copied and compared by tables of ranges
 @pytest.mark.parametrize("layout", ["arena", "separate"])
 @pytest.mark.parametrize("fault,needles", [
     ("none", []),
@@ -404,10 +421,17 @@ def host_gpu(monkeypatch):
     ("writes into the other draw, once", ["resident draws", "wrote outside its buffers"]),
     ("writes into the other draw while timed", ["resident draws", "wrote outside its buffers"]),
 ])
-def test_the_evaluation_rejects_stray_writes_and_idle_timed_launches(host_gpu, layout, fault, needles):
+def test_the_evaluation_rejects_stray_writes_and_idle_timed_launches(host_gpu, monkeypatch, sets, layout, fault,
+                                                                      needles):
     """The wiring of evaluate() itself, on host memory: the bands sit in the request's layout
     and name the buffer, side and offset; outputs poisoned before timing must be rewritten; the
-    draw the checks keep on the GPU must come through the launches unchanged."""
+    draw the checks keep on the GPU must come through the launches unchanged. With few rotating
+    sets and with as many as are copied, filled and compared a table of ranges at a time."""
+    from astra_kernels.tools.measuring import evaluation
+
+    assert evaluation.RANGES_FROM == 16
+    monkeypatch.setattr(evaluation, "rotation_count", lambda set_bytes, l2="cold": sets)
+    needles = [n.replace("(of 3)", f"(of {sets})") for n in needles]
     request = dataclasses.replace(faulty.scale_request(0, n=4099), input_layout=layout)
     kernel = _ScaleOnHost(fault)
     device = _HostDevice(kernel)

@@ -297,7 +297,11 @@ class RangeTable:
         self.longest = max((row[-1] for row in rows), default=0)  # every row ends with its byte count
         words = np.array(rows, dtype=np.uint64).reshape(-1) if rows else np.zeros(1, np.uint64)
         self.buffer = DeviceBuffer(words.nbytes)
-        self.buffer.upload(words)
+        try:
+            self.buffer.upload(words)
+        except BaseException:
+            self.buffer.close()
+            raise
 
     def close(self) -> None:
         self.buffer.close()

@@ -398,7 +398,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
         params = {p.name: p for p in outs}
         count = len(seeds)
 
-        def known(index: int, name: str) -> DeviceBuffer | None:
+        def reference_of(index: int, name: str) -> DeviceBuffer | None:
             """What is known correct for this set's draw: the checked launch's outputs for the first
             draw, the first set of the draw (judged before it) for the others."""
             if index % count == 0:
@@ -406,8 +406,8 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
             return None if index < count else sets[index % count].by_name[name]
 
         if ranged:  # every set's comparison in one launch, looked up in the verdict's order
-            keys = [(i, name) for i in range(len(sets)) for name in params if known(i, name) is not None]
-            with RangeTable([(sets[i].by_name[name].ptr, known(i, name).ptr, params[name].nbytes)
+            keys = [(i, name) for i in range(len(sets)) for name in params if reference_of(i, name) is not None]
+            with RangeTable([(sets[i].by_name[name].ptr, reference_of(i, name).ptr, params[name].nbytes)
                              for i, name in keys]) as t:
                 differing = dict(zip(keys, gpu.ranges_differ(t)))
 
@@ -415,7 +415,7 @@ def _time(device: Device, kernel: Kernel, request: EvaluationRequest,
                 return differing.get((index, name)) is False
         else:
             def same(index: int, name: str, got: DeviceBuffer) -> bool:
-                reference = known(index, name)
+                reference = reference_of(index, name)
                 return reference is not None and not gpu.differ(got, reference, params[name].nbytes)
 
         verdict = timed_verdict(
