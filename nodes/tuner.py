@@ -71,7 +71,9 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             label=shaped.label, status="ok" if best else ("unrecorded" if unrecorded else "incorrect"),
             config=best or {}, median_us=best_us, message="" if best else sample_errors(shaped),
             fraction_of_copy_bandwidth=trial.fraction_of_copy_bandwidth if trial else None,
-            floor_us=state["front"].get(shaped.label, {}).get("floor_us")))
+            floor_us=state["front"].get(shaped.label, {}).get("floor_us"),
+            registers=trial.registers if trial else None,
+            occupancy_blocks_per_sm=trial.occupancy_blocks_per_sm if trial else None))
     measured = sum(t.status != "unrecorded" for s in report.shapes for t in s.search.trials)
     template = state.get("candidate") or {}
     candidate = Candidate(id=next_candidate_id(state), origin="tune", source=source, configs=configs, measurements=measurements,

@@ -47,6 +47,8 @@ class Trial(BaseModel):
     fraction_of_copy_bandwidth: float | None = None
     reused: bool = False
     message: str = ""
+    registers: int | None = None  # the compile's, and the CTAs an SM holds: the agent's profiler evidence
+    occupancy_blocks_per_sm: int | None = None
 
 
 class RoundSummary(BaseModel):
@@ -165,7 +167,9 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
         score = result.timing.median_us if ok else None
         trial = Trial(config=config, status=result.status, median_us=score, reused=reused,
                       fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
-                      message=result.message[:300])
+                      message=result.message[:300],
+                      registers=info.resources.registers if (info := getattr(result, "kernel_info", None)) else None,
+                      occupancy_blocks_per_sm=getattr(result, "occupancy_blocks_per_sm", None))
         outcome.trials.append(trial)
         strategy.tell(config, score)
         if score is not None and (outcome.best_us is None or score < outcome.best_us):
