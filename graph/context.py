@@ -44,7 +44,7 @@ class RunContext:
     # reasoning model, whose cap counts its thinking).
     planner_max_tokens: int | None = None
     coder_max_tokens: int | None = None
-    timeout_s: float = 180.0  # per model request; a request that times out is a failed answer, not retried
+    timeout_s: float = 180.0  # per model request; one that times out is asked once more, then is a failed answer
     # Tokens (in and out, as the servers report them) the run's model requests may use in all; once
     # spent no request is sent: the planner takes the rules (search alone) and a draft fails saying
     # so. None: no limit. Checked before each request, so drafts asked side by side can pass it by

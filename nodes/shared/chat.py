@@ -75,7 +75,7 @@ class ModelUnavailable(AstraError):
 
 
 class ModelTimedOut(ModelUnavailable):
-    """A request outlived its timeout: a failed answer, never sent again."""
+    """A request outlived its timeout again after TIMEOUT_RETRIES more tries: a failed answer."""
 
 
 class BudgetSpent(ModelUnavailable):
@@ -130,8 +130,9 @@ def make_chat_model(context, role: str = "coder") -> BaseChatModel | None:
     one built from the role's settings; None for no model.
 
     Built models carry the role's output-token cap and no client-side retries: `Asker` retries
-    429, 5xx and connection errors itself and counts a timeout as a failed answer (the openai
-    client would resend a timed-out request while the server still generates the first)."""
+    429, 5xx and connection errors itself, and asks a timed-out request once more before it is a
+    failed answer (the openai client's own retries would resend it at once, while the server still
+    generates the first)."""
     given = getattr(context, f"{role}_chat_model", None) or context.chat_model
     if given is not None:
         return given
