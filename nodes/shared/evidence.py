@@ -15,8 +15,10 @@ ranges of its shapes and the bottleneck named at each, counted:
   a latency-bound shape is done at (floors.LATENCY_DONE_RATIO);
 - launch cost: a latency-bound shape at up to 2x the launch floor, where a faster kernel body
   saves little;
-- too few CTAs: fewer CTAs than SMs, so some SMs idle while the rest stream (a latency-bound
-  shape's usual cause, and a bandwidth-bound one's where rows are few and long);
+- too few CTAs: at most half as many CTAs as SMs, each thread moving 64 bytes or more, so most
+  SMs idle while the rest stream (a latency-bound shape's usual cause, and a bandwidth-bound one's
+  where rows are few and long; at 128 rows of a norm on 132 SMs a CTA a row is what the measured
+  winners keep, so not below half; with less work a thread, few CTAs are all launch overhead);
 - a partial last wave: between one and four waves with the last less than half full, so part of
   the GPU idles at the end of each launch;
 - each thread's chain of dependent steps: a latency-bound shape past the launch cost whose CTAs
@@ -44,6 +46,7 @@ from astra_kernels.graph.state import AgentState, Candidate
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.measuring import nsight
 from astra_kernels.tools.measuring.worker import EvaluationWorker
+from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion, TemplateError, parse_template
 
 from . import measure
@@ -56,6 +59,7 @@ MAX_THREADS_PER_SM = {"sm_70": 2048, "sm_75": 1024, "sm_80": 2048, "sm_86": 1536
 AT_FLOOR_FRACTION = 0.9  # of the mix's bandwidth: what is left is noise and the probe's own margin
 LAUNCH_COST = 2.0  # launch floors: below this, a faster body saves at most one launch floor
 LOW_OCCUPANCY = 0.25  # of the SM's threads resident
+BUSY_THREAD_BYTES = 64  # bytes a thread moves, below which few CTAs are not the bottleneck
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class ShapeEvidence:
     registers: int | None = None
     sms: int | None = None
     max_threads_per_sm: int | None = None
+    bytes_moved: int | None = None  # the spec's bytes at this shape
 
     @property
     def bound(self) -> str | None:
@@ -101,6 +106,16 @@ class ShapeEvidence:
         resident = min(self.ctas_per_sm, math.ceil(self.ctas / self.sms))
         return min(1.0, resident * self.threads / self.max_threads_per_sm)
 
+    def busy_threads(self) -> bool:
+        """Whether each thread moves at least BUSY_THREAD_BYTES (four 16-byte vectors): only then did
+        the measured winners spread the work over more CTAs (silu_and_mul 1x4096: 96 bytes a thread in
+        one CTA, the tables' pick 16 CTAs). Below, they did the opposite: rotary_embedding at 16 tokens
+        moves 38 bytes a thread in 40 CTAs of 128 and its picks run 64 threads a CTA, at one token 5
+        CTAs for 40. Unknown bytes or threads: assumed busy."""
+        if not (self.bytes_moved and self.ctas and self.threads):
+            return True
+        return self.bytes_moved / (self.ctas * self.threads) >= BUSY_THREAD_BYTES
+
     def bottleneck(self) -> str:
         launch, mix = self.launch_multiple, self.mix_fraction
         if self.bound is None:
@@ -111,7 +126,7 @@ class ShapeEvidence:
             return "at the floor"
         if self.bound == "latency-bound" and launch is not None and launch <= LAUNCH_COST:
             return "launch cost"
-        if self.ctas is not None and self.sms and self.ctas < self.sms:
+        if self.ctas is not None and self.sms and self.ctas * 2 <= self.sms and self.busy_threads():
             return "too few CTAs"
         if self.bound == "latency-bound":
             return "each thread's chain of dependent steps"
@@ -166,8 +181,10 @@ def front_evidence(state: AgentState) -> list[ShapeEvidence]:
         geometry = (launch_geometry(state["kernel"], candidate, entry.get("config") or {}, shapes[label],
                                     state["dtype"], sms or suite.DEFAULT_SMS, arch)
                     if candidate is not None and label in shapes else None)
+        moved = (int(Expression(spec.bytes_moved)(suite.environment(spec, shapes[label], state["dtype"], "default")))
+                 if label in shapes and spec.bytes_moved else None)
         rows.append(ShapeEvidence(
-            label=label, holder=f"candidate {entry['candidate']} ({entry['origin']})",
+            label=label, holder=f"candidate {entry['candidate']} ({entry['origin']})", bytes_moved=moved,
             row=ShapeRow(label, entry["median_us"], entry.get("floor_us"), gpu.get("launch_floor_us")),
             ctas=geometry[0] if geometry else None, threads=geometry[1] if geometry else None,
             ctas_per_sm=getattr(measured, "occupancy_blocks_per_sm", None),
@@ -256,6 +273,10 @@ def describe_evidence(rows: list[ShapeEvidence], profiles: dict[str, dict] | Non
         return ""
     front = {r.label: r for r in rows}
     measured = {label: p for label, p in (profiles or {}).items() if p.get("facts") and label in front}
+    if any(r.bottleneck() == "too few CTAs" for r in rows):
+        lines.append("- (too few CTAs: most SMs idle. The measured winners there spread the work over more CTAs or "
+                     "more threads, except a row reduction's, which keep one CTA a row: there the chain inside it is "
+                     "what is left.)")
     for label, p in measured.items():
         lines.append(f"- Nsight Compute at {label} (candidate {p['candidate']}, {p['origin']}): {p['facts']}.")
     median = statistics.median(r.mix_fraction for r in rows if r.mix_fraction) if any(

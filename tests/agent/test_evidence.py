@@ -30,6 +30,7 @@ def test_each_bottleneck_is_named_where_its_facts_hold():
     assert evidence("f", 130.0, 100.0, ctas=132, per_sm=8).bottleneck() == "low occupancy"  # one CTA an SM: 12.5%
     assert evidence("16x4096", 6.0, 0.4, ctas=512, per_sm=8).bottleneck() == "each thread's chain of dependent steps"
     assert evidence("e", 130.0, 100.0, ctas=64, per_sm=8).bottleneck() == "too few CTAs"
+    assert evidence("g", 130.0, 100.0, ctas=128, per_sm=8).bottleneck() != "too few CTAs"  # 128 of 132 SMs work
 
 
 def test_the_classes_give_ranges_and_count_the_bottlenecks_and_say_where_the_facts_come_from():
@@ -137,3 +138,37 @@ def test_nsight_profiles_the_slowest_shape_of_each_class_once_per_holder(monkeyp
                                    "message": "measured"}
     assert module.nsight_profiles({**state, "nsight": found}, RunContext()) == {}  # the same holders: not again
     assert module.nsight_profiles(state, RunContext(nsight=False)) == {} and len(asked) == 2
+
+
+def test_too_few_ctas_points_where_every_shipped_winner_went():
+    """Where the evidence names "too few CTAs" for SGLang's kernel (at most half as many CTAs as SMs),
+    the shipped tables' winners do what its legend says: the work spread over more CTAs or more
+    threads, or (a row reduction) one CTA a row. Held against every shipped cold table's template entries, so a
+    retune that does otherwise fails this until the legend says so."""
+    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.runtime.dispatch import DispatchTable
+
+    checked = 0
+    for kind in tuned_tables.gpu_kinds():
+        for kernel in tuned_tables.shipped_kernels(kind, "cold"):
+            table = DispatchTable.model_validate_json(tuned_tables.table_path(kernel, kind).read_text())
+            folder = suite.load(kernel)
+            baseline = Candidate(id=0, origin="baseline", source=folder.baseline.source)
+            for entry in table.entries:
+                if entry.source != "template":
+                    continue
+                shape = entry.shape
+                base = launch_geometry(kernel, baseline, {}, shape, table.dtype, 132, "sm_90")
+                won = launch_geometry(kernel, Candidate(id=1, origin="tune", source=folder.template.source),
+                                      entry.config, shape, table.dtype, 132, "sm_90")
+                moved = suite.problem(folder, shape, table.dtype).bytes_moved
+                if base is None or won is None or ShapeEvidence(
+                        "", "", ShapeRow("", 10.0, 0.1, 2.0), ctas=base[0], threads=base[1], sms=132,
+                        bytes_moved=moved).bottleneck() != "too few CTAs":
+                    continue
+                tokens = shape[folder.spec.symbols[0]]
+                # the legend's claims: more CTAs or more threads at work, or (a row reduction) a CTA a row
+                assert won[0] > base[0] or won[0] * won[1] > base[0] * base[1] or won[0] == tokens, (
+                    kind, kernel, folder.spec.label(shape), base, won)
+                checked += 1
+    assert checked >= 20
