@@ -44,8 +44,8 @@ FORBIDDEN = {
 # own child module on a request file it wrote.
 # nvcc.py runs nvcc on a file it wrote, with the flags of CompileOptions (a template adds only allowlisted ones);
 # bench/multi_gpu.py runs this package's own `astra tune` with its own benchmark's arguments.
-SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py", "tools/measuring/sanitizer.py",
-                    "tools/measuring/nsight.py",  # ncu over this package's own module: the metric names and paths
+SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py",
+                    "tools/measuring/tool_process.py",  # memcheck and ncu over this package's own module: flags and paths
                     "tools/toolchain/nvcc.py", "bench/multi_gpu.py",
                     "scripts/sweep_tables.py"}  # `astra tune`/`bench` per GPU: kernel names, numbers and paths only
 # Unpickling of what the same module pickled into a private temporary folder for its own child.

@@ -7,17 +7,15 @@ correctness launches (no timing) in a child process under
 `ncu --csv --metrics METRICS --kernel-name KERNEL --launch-count 1 --cache-control all`, so the
 first launch of the candidate's kernel is measured with the caches flushed, and reads the CSV ncu
 prints. As with the sanitizer (sanitizer.py), the child is this package's own module, the request
-goes over a pickle in a private folder, and a run past its deadline is killed with its group.
+goes over a pickle in a private folder, and a run past its deadline is killed with its group
+(tool_process.py).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import os
 import pickle
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.toolchain.processes import child_environment, python_command
 from astra_kernels.tools.toolchain.toolkit import toolkit_program
 from .evaluation import EvaluationRequest
+from .tool_process import run_under
 
 # The counters read, each with the fact it gives (NsightReport.facts).
 DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -123,24 +121,15 @@ def profile(request: EvaluationRequest, *, binary: str | None = None, timeout_s:
     with tempfile.TemporaryDirectory(prefix="astra-nsight-") as folder:
         request_path = Path(folder) / "request.pickle"
         request_path.write_bytes(pickle.dumps(request))
-        command = [binary, "--csv", "--metrics", ",".join(METRICS), "--kernel-name", request.kernel,
-                   "--launch-count", "1", "--cache-control", "all", "--target-processes", "all",
-                   *python_command(__name__), str(request_path), str(device_index)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=child_environment(), start_new_session=True)
-        try:
-            output, _ = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # ncu and the Python it runs
-            output, _ = process.communicate()
-            return NsightReport(available=True, binary=binary, kernel=request.kernel,
-                                seconds=time.perf_counter() - started,
-                                message=f"ncu did not finish within {timeout_s:g} s; it was killed",
-                                output_tail=output.decode(errors="replace")[-4000:])
-    text = output.decode(errors="replace")
+        code, text = run_under([binary, "--csv", "--metrics", ",".join(METRICS), "--kernel-name", request.kernel,
+                                "--launch-count", "1", "--cache-control", "all", "--target-processes", "all"],
+                               __name__, [str(request_path), str(device_index)], timeout_s)
+    if code is None:
+        return NsightReport(available=True, binary=binary, kernel=request.kernel, seconds=time.perf_counter() - started,
+                            message=f"ncu did not finish within {timeout_s:g} s; it was killed", output_tail=text[-4000:])
     metrics = parse_csv(text, request.kernel)
     message = (f"ncu measured {len(metrics)} counters of {request.kernel}" if metrics else
-               f"ncu measured nothing of {request.kernel} (exit code {process.returncode}): "
+               f"ncu measured nothing of {request.kernel} (exit code {code}): "
                + (text.strip().splitlines() or ["no output"])[-1][:300])
     return NsightReport(available=True, binary=binary, kernel=request.kernel, metrics=metrics, message=message,
                         output_tail=text[-4000:], seconds=time.perf_counter() - started)

@@ -11,11 +11,8 @@ bands, since a stray write into a band is inside an allocation and so legal to m
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,9 +20,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.toolchain.processes import child_environment, python_command
 from astra_kernels.tools.toolchain.toolkit import toolkit_program
 from .evaluation import EvaluationRequest, EvaluationResult
+from .tool_process import run_under
 
 ERROR_EXIT_CODE = 86  # what compute-sanitizer exits with when it found errors (--error-exitcode)
 _PREFIX = "========= "
@@ -90,26 +87,16 @@ def sanitize(request: EvaluationRequest, *, binary: str | None = None, timeout_s
         request_path.write_bytes(pickle.dumps(request))
         # API errors are left out: cuda-python probes driver entry points with cuGetProcAddress at
         # import, and each probe this driver lacks would count; a failed launch shows in `result`.
-        command = [binary, "--tool", "memcheck", "--report-api-errors", "no",
-                   "--error-exitcode", str(ERROR_EXIT_CODE),
-                   *python_command(__name__),
-                   str(request_path), str(result_path), str(device_index)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=child_environment(), start_new_session=True)
-        try:
-            output, _ = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the sanitizer and the Python it runs
-            output, _ = process.communicate()
+        code, text = run_under([binary, "--tool", "memcheck", "--report-api-errors", "no",
+                                "--error-exitcode", str(ERROR_EXIT_CODE)],
+                               __name__, [str(request_path), str(result_path), str(device_index)], timeout_s)
+        if code is None:
             return SanitizerReport(
                 available=True, binary=binary, exit_code=None, seconds=time.perf_counter() - started,
-                message=f"memcheck did not finish within {timeout_s:g} s; it was killed",
-                output_tail=output.decode(errors="replace")[-4000:])
-        text = output.decode(errors="replace")
+                message=f"memcheck did not finish within {timeout_s:g} s; it was killed", output_tail=text[-4000:])
         result = (EvaluationResult.model_validate_json(result_path.read_text())
                   if result_path.exists() else None)
     errors, count = parse_memcheck(text)
-    code = process.returncode
     clean = code == 0 and not errors and (count or 0) == 0
     if clean:
         message = "memcheck found no errors"
