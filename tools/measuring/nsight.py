@@ -17,7 +17,6 @@ import csv
 import io
 import pickle
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from astra_kernels.tools.toolchain.toolkit import toolkit_program
 from .evaluation import EvaluationRequest
-from .tool_process import run_under
+from .tool_process import not_installed, request_folder, run_under
 
 # The counters read, each with the fact it gives (NsightReport.facts).
 DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -115,12 +114,10 @@ def profile(request: EvaluationRequest, *, binary: str | None = None, timeout_s:
     of the kernel's first launch. A run past `timeout_s` is killed with its process group."""
     binary = binary or find_ncu()
     if binary is None:
-        return NsightReport(available=False, message="Nsight Compute (ncu) is not installed here (not on PATH, "
-                            "nor in $CUDA_HOME/bin or /usr/local/cuda/bin)")
+        return NsightReport(available=False, message=not_installed("Nsight Compute (ncu)"))
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="astra-nsight-") as folder:
-        request_path = Path(folder) / "request.pickle"
-        request_path.write_bytes(pickle.dumps(request))
+    with request_folder(request, "astra-nsight-") as folder:
+        request_path = folder / "request.pickle"
         code, text = run_under([binary, "--csv", "--metrics", ",".join(METRICS), "--kernel-name", request.kernel,
                                 "--launch-count", "1", "--cache-control", "all", "--target-processes", "all"],
                                __name__, [str(request_path), str(device_index)], timeout_s)

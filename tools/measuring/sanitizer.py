@@ -14,7 +14,6 @@ import dataclasses
 import pickle
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from astra_kernels.tools.toolchain.toolkit import toolkit_program
 from .evaluation import EvaluationRequest, EvaluationResult
-from .tool_process import run_under
+from .tool_process import not_installed, request_folder, run_under
 
 ERROR_EXIT_CODE = 86  # what compute-sanitizer exits with when it found errors (--error-exitcode)
 _PREFIX = "========= "
@@ -79,12 +78,10 @@ def sanitize(request: EvaluationRequest, *, binary: str | None = None, timeout_s
     """
     binary = binary or find_compute_sanitizer()
     if binary is None:
-        return SanitizerReport(available=False, message="compute-sanitizer is not installed here "
-                               "(not on PATH, nor in $CUDA_HOME/bin or /usr/local/cuda/bin)")
+        return SanitizerReport(available=False, message=not_installed("compute-sanitizer"))
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="astra-sanitize-") as folder:
-        request_path, result_path = Path(folder) / "request.pickle", Path(folder) / "result.json"
-        request_path.write_bytes(pickle.dumps(request))
+    with request_folder(request, "astra-sanitize-") as folder:
+        request_path, result_path = folder / "request.pickle", folder / "result.json"
         # API errors are left out: cuda-python probes driver entry points with cuGetProcAddress at
         # import, and each probe this driver lacks would count; a failed launch shows in `result`.
         code, text = run_under([binary, "--tool", "memcheck", "--report-api-errors", "no",

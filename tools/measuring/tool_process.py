@@ -5,9 +5,14 @@ sanitizer.py and nsight.py, whose children read their request from a private tem
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
 import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 from astra_kernels.tools.toolchain.processes import child_environment, python_command
 
@@ -25,3 +30,17 @@ def run_under(tool: list[str], module: str, arguments: list[str], timeout_s: flo
         output, _ = process.communicate()
         return None, output.decode(errors="replace")
     return process.returncode, output.decode(errors="replace")
+
+
+def not_installed(tool: str) -> str:
+    """What a report says where the tool is missing (toolkit.toolkit_program's search, in words)."""
+    return f"{tool} is not installed here (not on PATH, nor in $CUDA_HOME/bin or /usr/local/cuda/bin)"
+
+
+@contextlib.contextmanager
+def request_folder(request, prefix: str) -> Iterator[Path]:
+    """A private temporary folder holding `request` pickled as request.pickle, for the child to read
+    (and write its answers beside); removed after."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        (Path(folder) / "request.pickle").write_bytes(pickle.dumps(request))
+        yield Path(folder)
