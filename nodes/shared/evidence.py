@@ -227,11 +227,15 @@ def nsight_profiles(state: AgentState, context) -> dict[str, dict]:
         if holder is None or done.get(label, {}).get("candidate") == entry["candidate"]:
             continue
         pinned = holder.model_copy(update={"configs": {label: entry.get("config") or {}}})
-        _, planned = measure.requests(context, state["kernel"], state["dtype"], [shapes[label]], pinned)
-        request = planned[0][3]
-        if isinstance(request, Exclusion):
-            continue
-        report = nsight.profile(request, device_index=worker.device_index)
+        try:  # evidence only: whatever stops ncu is a line of the report, never the run's end
+            _, planned = measure.requests(context, state["kernel"], state["dtype"], [shapes[label]], pinned)
+            request = planned[0][3]
+            if isinstance(request, Exclusion):
+                continue
+            report = nsight.profile(request, device_index=worker.device_index)
+        except Exception as exc:
+            report = nsight.NsightReport(available=True, message=f"Nsight Compute could not run: "
+                                         f"{type(exc).__name__}: {str(exc)[:300]}")
         found[label] = {"candidate": entry["candidate"], "origin": entry["origin"], "facts": report.facts(),
                         "message": report.message}
         if not report.available:

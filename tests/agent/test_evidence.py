@@ -139,6 +139,13 @@ def test_nsight_profiles_the_slowest_shape_of_each_class_once_per_holder(monkeyp
     assert module.nsight_profiles({**state, "nsight": found}, RunContext()) == {}  # the same holders: not again
     assert module.nsight_profiles(state, RunContext(nsight=False)) == {} and len(asked) == 2
 
+    def broken(request, device_index):
+        raise RuntimeError("no permission to read the performance counters")
+
+    monkeypatch.setattr(module.nsight, "profile", broken)  # the run goes on, saying why
+    failed = module.nsight_profiles(state, RunContext())
+    assert failed["16384x4096"]["facts"] == "" and "RuntimeError: no permission" in failed["16384x4096"]["message"]
+
 
 def test_too_few_ctas_points_where_every_shipped_winner_went():
     """Where the evidence names "too few CTAs" for SGLang's kernel (at most half as many CTAs as SMs),
