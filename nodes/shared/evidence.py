@@ -46,7 +46,6 @@ from astra_kernels.graph.state import AgentState, Candidate
 from astra_kernels.kernels_sglang import suite
 from astra_kernels.tools.measuring import nsight
 from astra_kernels.tools.measuring.worker import EvaluationWorker
-from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion, TemplateError, parse_template
 
 from . import measure
@@ -149,15 +148,15 @@ def launch_geometry(kernel: str, candidate: Candidate, config: dict[str, int], s
     """(CTAs, threads per CTA) of the candidate at `config` for the shape on this GPU; None where
     its template does not parse or excludes the shape."""
     folder = suite.load(kernel)
-    try:
-        template = folder.baseline if candidate.origin == "baseline" else _parsed(kernel, candidate.source)
-        instance = template.instantiate(config or template.default,
-                                        suite.environment(folder.spec, shape, dtype, "default", sms, arch))
+    which = "baseline" if candidate.origin == "baseline" else "template"
+    try:  # the launch exactly as the candidate's evaluation would be asked for (suite.request)
+        request = suite.request(folder, which, shape, dtype, config=(config or None) if which == "template" else None,
+                                sms=sms, arch=arch, source=None if which == "baseline" else _parsed(kernel, candidate.source))
     except (TemplateError, ValueError):
         return None
-    if isinstance(instance, Exclusion):
+    if isinstance(request, Exclusion):
         return None
-    return math.prod(instance.grid), math.prod(instance.block)
+    return math.prod(request.launch.grid), math.prod(request.launch.block)
 
 
 def _candidates(state: AgentState) -> dict[int, Candidate]:
@@ -168,7 +167,8 @@ def _candidates(state: AgentState) -> dict[int, Candidate]:
 
 def front_evidence(state: AgentState) -> list[ShapeEvidence]:
     """The evidence at every shape of the front, for the kernel holding it."""
-    spec = suite.load(state["kernel"]).spec
+    folder = suite.load(state["kernel"])
+    spec = folder.spec
     gpu = state.get("gpu") or {}
     device = gpu.get("device") or {}
     sms, arch = device.get("multiprocessors"), device.get("arch")
@@ -181,8 +181,7 @@ def front_evidence(state: AgentState) -> list[ShapeEvidence]:
         geometry = (launch_geometry(state["kernel"], candidate, entry.get("config") or {}, shapes[label],
                                     state["dtype"], sms or suite.DEFAULT_SMS, arch)
                     if candidate is not None and label in shapes else None)
-        moved = (int(Expression(spec.bytes_moved)(suite.environment(spec, shapes[label], state["dtype"], "default")))
-                 if label in shapes and spec.bytes_moved else None)
+        moved = suite.problem(folder, shapes[label], state["dtype"]).bytes_moved if label in shapes else None
         rows.append(ShapeEvidence(
             label=label, holder=f"candidate {entry['candidate']} ({entry['origin']})", bytes_moved=moved,
             row=ShapeRow(label, entry["median_us"], entry.get("floor_us"), gpu.get("launch_floor_us")),
