@@ -39,7 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_SUMMARY_LOCK = threading.Lock()  # the queues of one script: os.replace keeps two scripts' writes whole
 KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "topk_softmax", "rotary_embedding",
            "per_token_group_quant_fp8", "merge_attn_states")
 
@@ -121,14 +120,13 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
     name = f"{'bench' if command is bench_command else 'sweep'}-{l2}.json"
     # Kept beside what earlier runs (other kernels, other GPUs of the host, an earlier call) wrote
     # there, a kernel they finished staying finished; written whole or not at all (os.replace), as
-    # two queues on one host may both be writing it.
-    with _SUMMARY_LOCK:
-        earlier = json.loads((out / name).read_text()).get("kernels", {}) if (out / name).is_file() else {}
-        kept = {**earlier, **{k: v for k, v in result["kernels"].items()
-                             if v["ended"] == "finished" or earlier.get(k, {}).get("ended") != "finished"}}
-        staged = out / f".{name}.{os.getpid()}"
-        staged.write_text(json.dumps({**result, "kernels": kept}, indent=1) + "\n")
-        os.replace(staged, out / name)
+    # two scripts on one host may both be writing it (each writes once, after its queue is done).
+    earlier = json.loads((out / name).read_text()).get("kernels", {}) if (out / name).is_file() else {}
+    kept = {**earlier, **{k: v for k, v in result["kernels"].items()
+                         if v["ended"] == "finished" or earlier.get(k, {}).get("ended") != "finished"}}
+    staged = out / f".{name}.{os.getpid()}"
+    staged.write_text(json.dumps({**result, "kernels": kept}, indent=1) + "\n")
+    os.replace(staged, out / name)
     return result
 
 
