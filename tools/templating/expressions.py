@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from astra_kernels.tools.errors import AstraError
 
@@ -92,6 +92,10 @@ class Expression:
         self.names: set[str] = set()
         try:
             self._validate(self.tree)
+            # The validated tree as nested closures, built once: a search evaluates a template's
+            # few expressions for every configuration at every shape (millions of calls for one
+            # space), and walking the tree on each call cost about 10 us an expression.
+            self._evaluate = _closure(self.tree)
         except RecursionError:
             raise ExpressionError(f"{self.text[:80]!r}...: nested too deeply") from None
 
@@ -133,7 +137,7 @@ class Expression:
         if missing:
             raise ExpressionError(f"{self.text!r}: unknown name(s) {', '.join(sorted(missing))}")
         try:
-            return self._eval(self.tree, env)
+            return self._evaluate(env)
         except ZeroDivisionError:
             raise ExpressionError(f"{self.text!r}: division by zero") from None
         except ExpressionError as exc:
@@ -141,33 +145,76 @@ class Expression:
         except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:  # overflow, negative shift, min()
             raise ExpressionError(f"{self.text!r}: {type(exc).__name__}: {exc}") from None
 
-    def _eval(self, node, env):
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            return env[node.id]
-        if isinstance(node, ast.BinOp):
-            return _BINARY[type(node.op)](self._eval(node.left, env), self._eval(node.right, env))
-        if isinstance(node, ast.UnaryOp):
-            value = self._eval(node.operand, env)
-            return -value if isinstance(node.op, ast.USub) else (+value if isinstance(node.op, ast.UAdd) else not value)
-        if isinstance(node, ast.BoolOp):
-            if isinstance(node.op, ast.And):
-                return all(self._eval(v, env) for v in node.values)
-            return any(self._eval(v, env) for v in node.values)
-        if isinstance(node, ast.Compare):
-            left = self._eval(node.left, env)
-            for op, comparator in zip(node.ops, node.comparators):
-                right = self._eval(comparator, env)
-                if not _COMPARE[type(op)](left, right):
-                    return False
-                left = right
-            return True
-        if isinstance(node, ast.IfExp):
-            return self._eval(node.body if self._eval(node.test, env) else node.orelse, env)
-        if isinstance(node, ast.Call):
-            return FUNCTIONS[node.func.id](*(self._eval(a, env) for a in node.args))
-        raise ExpressionError(f"{self.text!r}: cannot evaluate {ast.unparse(node)!r}")  # pragma: no cover
+    def __getstate__(self) -> dict:  # closures do not pickle: a request carries the text and tree
+        return {k: v for k, v in self.__dict__.items() if k != "_evaluate"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._evaluate = _closure(self.tree)
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
+
+
+def _closure(node: ast.AST) -> Callable[[Mapping], object]:
+    """One validated node as a function of the environment (the node types `_validate` admits)."""
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return lambda env: value
+    if isinstance(node, ast.Name):
+        return operator.itemgetter(node.id)
+    if isinstance(node, ast.BinOp):
+        function, left, right = _BINARY[type(node.op)], _closure(node.left), _closure(node.right)
+        return lambda env: function(left(env), right(env))
+    if isinstance(node, ast.UnaryOp):
+        operand = _closure(node.operand)
+        if isinstance(node.op, ast.USub):
+            return lambda env: -operand(env)
+        if isinstance(node.op, ast.UAdd):
+            return lambda env: +operand(env)
+        return lambda env: not operand(env)
+    if isinstance(node, ast.BoolOp):  # True or False, as all() and any() give, never an operand
+        values = tuple(_closure(v) for v in node.values)
+        if isinstance(node.op, ast.And):
+            def every(env):
+                for value in values:
+                    if not value(env):
+                        return False
+                return True
+            return every
+
+        def some(env):
+            for value in values:
+                if value(env):
+                    return True
+            return False
+        return some
+    if isinstance(node, ast.Compare):
+        left = _closure(node.left)
+        pairs = tuple((_COMPARE[type(op)], _closure(c)) for op, c in zip(node.ops, node.comparators))
+        if len(pairs) == 1:
+            (compare, right), = pairs
+            return lambda env: bool(compare(left(env), right(env)))
+
+        def chain(env):
+            before = left(env)
+            for compare, right in pairs:
+                after = right(env)
+                if not compare(before, after):
+                    return False
+                before = after
+            return True
+        return chain
+    if isinstance(node, ast.IfExp):
+        test, body, orelse = _closure(node.test), _closure(node.body), _closure(node.orelse)
+        return lambda env: body(env) if test(env) else orelse(env)
+    if isinstance(node, ast.Call):
+        function, args = FUNCTIONS[node.func.id], tuple(_closure(a) for a in node.args)
+        if len(args) == 1:
+            only, = args
+            return lambda env: function(only(env))
+        if len(args) == 2:
+            first, second = args
+            return lambda env: function(first(env), second(env))
+        return lambda env: function(*(a(env) for a in args))
+    raise ExpressionError(f"cannot evaluate {ast.unparse(node)!r}")  # pragma: no cover: _validate admits no other
