@@ -90,8 +90,10 @@ def test_a_replay_s_gpu_has_the_launch_floor_its_recording_keeps_and_says_where_
     from astra_kernels.graph import RunContext
     from astra_kernels.nodes.shared.measure import launch_floor_us, stored_evaluator
 
-    context = RunContext(replay="recorded", results=str(tmp_path / "results.sqlite"))
-    floor = launch_floor_us(context, "rmsnorm")  # the newest rmsnorm recording: an H100's of 2026-11-27
+    # An H100's recording of 2026-11-27, whose store keeps no launch floor of its own (the newer
+    # H200 recordings measured one beside their results; both paths end in a judged prompt).
+    context = RunContext(replay="recorded:h100-2026-11-27", results=str(tmp_path / "results.sqlite"))
+    floor = launch_floor_us(context, "rmsnorm")
     device = stored_evaluator(context, "rmsnorm").worker.device
     assert floor == device["launch_floor_us"] and 0.5 < floor < 2.0
     text = describe_gpu(device, None, floor)

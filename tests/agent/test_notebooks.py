@@ -1,5 +1,5 @@
 """The notebooks, executed as a user would run them, in replay mode (a results store recorded on an
-H100), and their outputs checked: the quickstart tunes and shows the dispatch table; the
+H200), and their outputs checked: the quickstart tunes and shows the dispatch table; the
 embedding notebook runs the agent as a node of a parent graph and receives its streamed events; the
 agent notebook runs the chat-model loop against a local stub endpoint that answers from a script."""
 
@@ -40,10 +40,10 @@ def _run(name: str, monkeypatch, replay: bool = True) -> str:
 
 def test_quickstart_tunes_and_shows_the_table(monkeypatch):
     text = _run("quickstart.ipynb", monkeypatch)
-    assert "replaying h100-2026-11-27/rmsnorm.sqlite.gz (NVIDIA H100 80GB HBM3)" in text
-    # the recorded run's figures at 16384x8192 (its report, docs/bench/h100-2026-11-27/tune/rmsnorm-cold):
-    # baseline 203.88 us, fastest measured 179.29 us
-    assert "16384x8192: baseline  203.88 us, dispatched  179.29 us (1.14x" in text
+    assert "replaying h200-2026-11-28/rmsnorm.sqlite.gz (NVIDIA H200)" in text
+    # the recording's figures at 16384x8192 (`astra report recorded:h200-2026-11-28 --kernel rmsnorm`):
+    # baseline 187.93 us, fastest measured 129.48 us
+    assert "16384x8192: baseline  187.93 us, dispatched  129.48 us (1.45x" in text
     assert "| shape | space |" in text  # the report, rendered as markdown
     assert "4096x8192: template" in text and "(nearest tuned shape 2048x8192)" in text
 
@@ -52,7 +52,7 @@ def test_embedding_streams_the_agents_events_through_a_parent_graph(monkeypatch)
     text = _run("embedding.ipynb", monkeypatch)
     events = [line for line in text.splitlines() if line.startswith("[astra:")]
     assert any("load: rmsnorm bf16 baseline" in e for e in events)
-    assert any("load: search floor: candidate 1, the table shipped for NVIDIA H100" in e for e in events)
+    assert any("load: search floor: candidate 1, the table shipped for NVIDIA H200" in e for e in events)
     assert any("tuner: candidate 2" in e for e in events) and any("reporter: done" in e for e in events)
     summary = text.strip().splitlines()[-1]
     assert summary.startswith("rmsnorm: ") and "over the baseline (128x4096" in summary

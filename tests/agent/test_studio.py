@@ -122,12 +122,14 @@ def server(_served):
 
 
 def _recorded(recording: Path, tmp_path: Path) -> dict[str, dict]:
-    """Per shape label: the recording's baseline time and every template time it holds."""
+    """Per shape label: the recording's baseline time and every template time it holds (bf16, the
+    run's dtype; not the finalists' re-timings, which a search stores apart)."""
     copy = tmp_path / "recording.sqlite"
     copy.write_bytes(gzip.decompress(recording.read_bytes()))
     figures: dict[str, dict] = {}
     with sqlite3.connect(copy) as db:
-        rows = db.execute("SELECT which, shape, config, median_us FROM results WHERE status = 'ok'")
+        rows = db.execute("SELECT which, shape, config, median_us FROM results WHERE status = 'ok' "
+                          "AND dtype = 'bf16' AND which IN ('baseline', 'template')")
         for which, shape, config, us in rows:
             entry = figures.setdefault(SPEC.label(json.loads(shape)), {"baseline": None, "template": {}})
             if which == "baseline":

@@ -181,7 +181,9 @@ def test_store_text_is_escaped(tmp_path):
 
 
 def test_shipped_rmsnorm_recording_matches_its_rows(tmp_path):
-    recording = recordings.find("rmsnorm")
+    # An H100's recording of one dtype (the newer ones add the table's checks in the other dtypes,
+    # a group of their own, test_a_recording_checked_in_other_dtypes_reports_them_untimed)
+    recording = recordings.find("rmsnorm", "h100-2026-11-27")
     plain = tmp_path / "rmsnorm.sqlite"
     plain.write_bytes(gzip.decompress(recording.path.read_bytes()))
     spec = suite.load("rmsnorm").spec
@@ -198,7 +200,7 @@ def test_shipped_rmsnorm_recording_matches_its_rows(tmp_path):
             "SELECT json_extract(result, '$.copy_bandwidth_gbs') FROM results WHERE median_us IS NOT NULL")})
         first, last = db.execute("SELECT MIN(created_at), MAX(created_at) FROM results").fetchone()
     out = tmp_path / "docs"
-    assert cli.main(["report", "recorded", "--kernel", "rmsnorm", "--out", str(out)]) == 0
+    assert cli.main(["report", f"recorded:{recording.session}", "--kernel", "rmsnorm", "--out", str(out)]) == 0
     summary = reporting.StoreReport.model_validate_json((out / "report.json").read_text())
     assert summary.rows == total and len(summary.groups) == 1 and [(summary.groups[0].device,)] == device
     group = summary.groups[0]
@@ -322,3 +324,15 @@ def test_several_groups_get_their_own_charts(tmp_path):
     svgs = sorted(p.name for p in rendered.written if p.suffix == ".svg")
     assert len(svgs) == 6 and all(n.startswith(("gelu-and-mul-", "silu-and-mul-")) for n in svgs)
     assert reporting.report(tmp_path / "r.sqlite", kernel="gelu_and_mul").summary.rows == 2
+
+
+def test_a_recording_checked_in_other_dtypes_reports_them_untimed(tmp_path):
+    """The newest recordings hold the tune's last step, the table's configurations checked (never
+    timed) in every dtype: the report shows the timed dtype's group, and the others with no time."""
+    recording = recordings.find("rmsnorm", "h200-2026-11-28")
+    assert cli.main(["report", f"recorded:{recording.session}", "--kernel", "rmsnorm", "--out", str(tmp_path)]) == 0
+    summary = reporting.StoreReport.model_validate_json((tmp_path / "report.json").read_text())
+    timed = [g for g in summary.groups if any(s.best_us for s in g.shapes)]
+    assert [g.dtype for g in timed] == ["bf16"] and timed[0].geomean_speedup > 1.0
+    assert {g.dtype for g in summary.groups} == {"bf16", "fp16"}
+    assert all(s.best_us is None and s.baseline_us is None for g in summary.groups if g not in timed for s in g.shapes)

@@ -208,7 +208,8 @@ def test_approve_with_stdin_closed_is_one_line(tmp_path, monkeypatch, capsys):
 def test_tune_to_a_log_prints_a_line_as_each_shape_is_searched(tmp_path, capsys):
     """Not a terminal (capsys): no bar, so a line per shape as its search ends, before the report
     (which comes only when every shape, the cross-measurement and the checks are done)."""
-    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096,64x8192", "--sample", "30",
+    # a recording that measured most of the space (the newest, a sweep's, holds six configurations a shape)
+    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded:h200-2026-11-26", "--shapes", "16x4096,64x8192", "--sample", "30",
                      "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
     heading = next(i for i, line in enumerate(lines) if line.startswith("# silu_and_mul"))
@@ -221,10 +222,10 @@ def test_tune_to_a_log_prints_a_line_as_each_shape_is_searched(tmp_path, capsys)
 
 @pytest.fixture(scope="module")
 def replayed_tune(tmp_path_factory):
-    """`astra tune silu_and_mul --replay recorded` at one shape of the recording's fifteen, over a
-    sample of its space (the whole space is minutes of compiling on a fresh cache)."""
+    """`astra tune silu_and_mul --replay recorded:h200-2026-11-26` at one shape of the recording's
+    fifteen, over a sample of its space (the whole space is minutes of compiling on a fresh cache)."""
     out = tmp_path_factory.mktemp("replayed") / "out"
-    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded", "--shapes", "16x4096", "--sample", "150",
+    assert cli.main(["tune", "silu_and_mul", "--replay", "recorded:h200-2026-11-26", "--shapes", "16x4096", "--sample", "150",
                      "--out", str(out)]) == 0
     return out
 

@@ -2,9 +2,10 @@
 tune step): it stops within seconds, says what was saved and how to resume, and leaves no
 process behind.
 
-`astra tune rmsnorm --replay recorded` runs here without a GPU, yet compiles the template's whole
-pruned space with NVRTC in a pool of compile workers, on a fresh compile cache: a minute or more
-of compiling, during which the signal lands. Each run is a child process in a session of its own
+`astra tune rmsnorm --replay recorded:h100-2026-11-27` runs here without a GPU, yet compiles the
+template's whole pruned space (what that recording measured, hundreds of configurations a shape;
+the newer sweep recordings hold a few a shape) with NVRTC in a pool of compile workers, on a fresh
+compile cache: a minute or more of compiling, during which the signal lands. Each run is a child process in a session of its own
 (its own process group, as a job a shell starts), stdout a pipe, and every process it started is
 recorded (from /proc) before the signal, so none can outlive it unnoticed: the pool's workers,
 multiprocessing's resource tracker, a compiler process. Linux only (/proc, PR_SET_PDEATHSIG).
@@ -79,8 +80,11 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+RECORDING = "recorded:h100-2026-11-27"
+
+
 class Run:
-    """`astra COMMAND rmsnorm --replay recorded --out OUT` in a session of its own, stdout and
+    """`astra COMMAND rmsnorm --replay RECORDING --out OUT` in a session of its own, stdout and
     stderr one pipe read by a thread (so a full pipe cannot stall it, and a child still holding
     the pipe shows as output that never ends)."""
 
@@ -90,7 +94,7 @@ class Run:
         env["ASTRA_CACHE_DIR"] = str(tmp_path / "cache")  # a cold compile cache: it really compiles
         env["PYTHONUNBUFFERED"] = "1"  # a run that hangs shows all it said
         self.process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "astra_kernels.cli", command, "rmsnorm", "--replay", "recorded",
+            [sys.executable, "-P", "-m", "astra_kernels.cli", command, "rmsnorm", "--replay", RECORDING,
              "--out", str(self.out)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             start_new_session=True)

@@ -110,12 +110,12 @@ def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_p
     from astra_kernels.kernels_sglang import recordings
 
     path = recordings.resolve("recorded", "rmsnorm")
-    assert path.is_file() and path.parent.name == "h100-2026-11-27"
+    assert path.is_file() and path.parent.name == "h200-2026-11-28"
     assert recordings.resolve("recorded:h200-2026-11-23", "fused_add_rmsnorm").name == "fused_add_rmsnorm.sqlite.gz"
     assert recordings.resolve("some/store.sqlite", "rmsnorm").as_posix() == "some/store.sqlite"
     with pytest.raises(AstraError, match="no shipped recording of merge_attn_states.*shipped recordings: .*rmsnorm"):
         recordings.resolve("recorded:h200-2026-11-23", "merge_attn_states")
-    assert recordings.resolve("recorded", "merge_attn_states").parent.name == "h200-2026-11-24"
+    assert recordings.resolve("recorded", "merge_attn_states").parent.name == "h200-2026-11-28"
     assert cli.main(["tune", "merge_attn_states", "--replay", "recorded:h200-2026-11-23", "--out", str(tmp_path)]) == 2
 
 
@@ -215,14 +215,15 @@ def test_a_store_keeps_device_facts_beside_its_measurements_and_a_replay_reads_t
 
 @pytest.mark.parametrize("kernel", ["rmsnorm", "silu_and_mul"])
 def test_every_shipped_recording_says_its_gpu_s_launch_floor_and_where_it_was_measured(kernel, tmp_path):
-    """scripts/device_facts.py gave the shipped recordings the launch floor astra bench measured on
-    their GPU kind the day they were recorded (their runs kept none), saying so."""
+    """scripts/device_facts.py gave the older shipped recordings the launch floor astra bench measured
+    on their GPU kind the day they were recorded (their runs kept none), saying so; a newer run
+    measured its own beside its results (probes.record_launch_floor), saying that."""
     from astra_kernels.kernels_sglang import recordings
 
     for recording in [r for r in recordings.shipped() if r.kernel == kernel]:
         worker = ReplayWorker.from_recording(recording.path, tmp_path / f"{recording.session}.sqlite")
         device = worker.device
         assert 0.5 < device["launch_floor_us"] < 2.0, recording
-        assert device["multiprocessors"] == 132
-        assert "astra bench" in device["launch_floor_from"] and recording.session[:4].upper() in device["name"]
+        assert device["multiprocessors"] == 132 and recording.session[:4].upper() in device["name"]
+        assert "astra bench" in device["launch_floor_from"] or "measured with these results" in device["launch_floor_from"]
         assert recording.session.split("-", 1)[1][:10] in device["launch_floor_from"]  # the recording's day
