@@ -116,7 +116,10 @@ def test_a_real_model_drives_optimize_end_to_end_and_the_thread_resumes(tmp_path
         out, store, thread = tmp_path / "out", tmp_path / "results.sqlite", "real-model"
         model_flags = ["--model", f"openai:{model}", "--base-url", base_url, "--timeout", str(REQUEST_TIMEOUT_S)]
         where = ["--replay", "recorded", "--out", str(out), "--store", str(store)]
-        short = ["--rounds", "2", "--retries", "1", "--tune-seconds", "20", "--wall-seconds", "1800"]
+        # One round: its planner's three requests (an answer cut off at the cap, asked again with a
+        # larger one, then a repair) are about 100 s of this model on 2 cores; a second round asked
+        # the same three again (97 s on 2026-11-28) and proved nothing the scripted tests do not.
+        short = ["--rounds", "1", "--retries", "1", "--tune-seconds", "20", "--wall-seconds", "1800"]
         short += ["--candidates", str(CANDIDATES)] if has_flag("--candidates") else []
         short += ["--max-tokens", str(MAX_TOKENS)] if has_flag("--max-tokens") else []
 
@@ -155,7 +158,9 @@ def test_a_real_model_drives_optimize_end_to_end_and_the_thread_resumes(tmp_path
             if candidate["verdict"] in FAILED:
                 assert candidate["message"].strip(), f"candidate {candidate['id']} failed without a message"
         planned = [e for e in report["events"] if e.startswith("planner: round ")]
-        assert 1 <= len(planned) <= 2, report["events"]
+        # round 1's plan, then round 2's stop by the budget (the rules', no request to the model)
+        assert 1 <= len(planned) <= 2 and planned[-1].startswith(("planner: round 1", "planner: round 2: stop")), \
+            report["events"]
         # The best kernel is no slower than the baseline at any shape (the baseline itself counts).
         # Each row names its kernel's origin where the report is a per-shape table, else `best` does.
         assert report["shapes"]
