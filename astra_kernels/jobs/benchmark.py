@@ -35,6 +35,7 @@ from astra_kernels.kernels_sglang import suite, tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
 from .generated_files import md_code, md_text
 from .torch_peers import PeerResult, measure_peer
+from .tuning import draw_ahead
 
 ASTRA_KERNELS = ("silu_and_mul", "fused_add_rmsnorm", "merge_attn_states")
 LARGE_FLOOR_US = 20.0  # shapes whose memory floor is at least this must reach BANDWIDTH_GOAL
@@ -382,9 +383,21 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
         report.launch_floor_pdl_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
     key = tuned_tables.device_key(device["name"])
     tables = tables or {}
+    # Every row is checked on its shape's draws (inputs and float64 reference, shared by the
+    # baseline, the tuned kernel, SGLang's and the torch peers): drawn ahead on the host's other
+    # cores while the GPU measures the rows before, as a tune's are (a sweep's largest silu_and_mul
+    # draw takes tens of seconds on one core).
+    ahead = []
     for name, shapes in kernels.items():
         folder = suite.load(name)
-        kernel_dtype = dtype if dtype in folder.spec.dtypes else folder.spec.dtypes[0]
+        for shape in shapes:
+            request = _request(worker, folder, "baseline", shape, _dtype_of(folder, dtype), None, sms, input_layout, l2=l2)
+            if not isinstance(request, Exclusion):
+                ahead.append(request)
+    draw_ahead(worker, ahead)
+    for name, shapes in kernels.items():
+        folder = suite.load(name)
+        kernel_dtype = _dtype_of(folder, dtype)
         table = tables.get(name)
         if table is not None:
             report.table_l2[name] = table.l2
@@ -496,10 +509,20 @@ def _imported(name: str) -> tuple[suite.KernelFolder | None, str]:
     return folder, ""
 
 
+def _dtype_of(folder, dtype: str) -> str:
+    """The kernel's dtype in the benchmark: `dtype` where it runs in it, else its first."""
+    return dtype if dtype in folder.spec.dtypes else folder.spec.dtypes[0]
+
+
+def _request(worker, folder, which, shape, dtype, config, sms, input_layout, pdl: bool = False, l2: str = "cold",
+             template: Template | None = None):
+    return suite.request(folder, which, shape, dtype, "default", config, sms=sms, arch=worker.device["arch"],
+                         source=template, stream_timing=False, input_layout=input_layout, pdl=pdl, l2=l2)
+
+
 def _evaluate(worker, folder, which, shape, dtype, config, sms, input_layout, pdl: bool = False, l2: str = "cold",
               template: Template | None = None) -> EvaluationResult:
-    request = suite.request(folder, which, shape, dtype, "default", config, sms=sms, arch=worker.device["arch"],
-                            source=template, stream_timing=False, input_layout=input_layout, pdl=pdl, l2=l2)
+    request = _request(worker, folder, which, shape, dtype, config, sms, input_layout, pdl, l2, template)
     if isinstance(request, Exclusion):
         return EvaluationResult(status="invalid", message=f"excluded at this shape: {request.reason}")
     return worker.evaluate(request)

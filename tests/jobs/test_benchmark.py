@@ -452,3 +452,39 @@ def test_the_sweep_counts_per_kernel_and_width_use_the_larger_of_two_percent_and
     expected = math.prod([1.98 / 2.0, 2.0 / 2.1, 2.0 / 2.1, 2.0 / 1.9]) ** 0.25
     assert f"geometric mean {expected:.3f}x" in lines[0] and "(worst 2 tokens 0.952x of torch.compile)" in lines[0]
     assert lines[0] in _report(rows).goals()
+
+
+def test_every_rows_draws_are_made_ahead_in_the_order_the_rows_are_measured():
+    """A sweep's large draws (inputs and float64 reference) take tens of seconds on one core: the
+    benchmark hands the worker the whole list before its first row, as a tune does, so each is drawn
+    on the host's other cores while the GPU times the rows before it."""
+    from astra_kernels.tools.measuring import draws
+    from astra_kernels.tools.measuring.evaluation import EvaluationResult, Timing
+    from astra_kernels.tools.measuring.worker import EvaluationWorker
+
+    class Worker(EvaluationWorker):
+        def __init__(self):  # no process: what the benchmark asks of it is recorded
+            self.device = {"name": "Scripted GPU", "arch": "sm_90", "multiprocessors": 132}
+            self.asked: list = []
+
+        def call(self, function, *args, timeout_s=None):
+            assert function is draws.prefetch, function
+            self.asked.append(("prefetch", [(problem.label, seed) for problem, seed in args[0]]))
+            return 1
+
+        def evaluate(self, request):
+            self.asked.append(("evaluate", request.label))
+            timing = Timing(median_us=2.0, min_us=2.0, max_us=2.0, spread=0.0, samples_us=[2.0],
+                            launches_per_replay=1, input_sets=1, method="graph")
+            return EvaluationResult(status="ok", timing=timing)
+
+    worker = Worker()
+    shapes = {"rmsnorm": [{"T": 16, "H": 4096}, {"T": 16384, "H": 8192}], "silu_and_mul": [{"T": 4, "D": 14336}]}
+    report = benchmark.bench(worker, shapes, torch_modes=())
+    assert [r.label for r in report.rows] == ["16x4096", "16384x8192", "4x14336"]
+    first = next(i for i, (what, _) in enumerate(worker.asked) if what == "prefetch")
+    rows = [i for i, (what, label) in enumerate(worker.asked) if what == "evaluate" and "baseline" in label]
+    assert len(rows) == 3 and first < rows[0], worker.asked[:4]  # drawn ahead before the first row is timed
+    labels = [label for label, _ in worker.asked[first][1]]
+    assert list(dict.fromkeys(labels)) == ["rmsnorm 16x4096 bf16", "rmsnorm 16384x8192 bf16", "silu_and_mul 4x14336 bf16"]
+    assert len(labels) > 3  # each shape's check draws and its timing's
