@@ -13,26 +13,35 @@ whoever took the signal has called request_stop().
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 _stopping = threading.Event()
+# Where concurrent.futures reports a done-callback that raised. Once a stop is requested, the
+# KeyboardInterrupt a node's thread raises reaches LangGraph's executor callbacks, which then try
+# to schedule on a pool already shut down: two tracebacks through this logger (Python's last-resort
+# handler, stderr) under the run's own "interrupted" (`astra optimize` in CI, 2026-11-28, now and then:
+# a race). Taken here, at import, so a signal handler only sets an attribute.
+_CALLBACK_LOG = logging.getLogger("concurrent.futures")
 
 
 def request_stop() -> None:
     """Ask every thread of this process to stop at its next stop_point(): for a signal handler
     (Ctrl-C, SIGTERM), which runs in the main thread while the work may run in another that the
     main thread waits for (LangGraph's runner waits for its node's thread before the interrupt can
-    leave: `astra optimize` took the rest of its search, 44-49 s, to stop). Only sets a flag, so it
-    is safe in a handler."""
+    leave: `astra optimize` took the rest of its search, 44-49 s, to stop). Only sets a flag (and
+    quiets the executors' callback reports until clear_stop), so it is safe in a handler."""
     _stopping.set()
+    _CALLBACK_LOG.disabled = True
 
 
 def clear_stop() -> None:
     """The stop is handled (the command has returned); a process that goes on (a test's, a
     notebook's) searches again."""
     _stopping.clear()
+    _CALLBACK_LOG.disabled = False
 
 
 def stop_point() -> None:
