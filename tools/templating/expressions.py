@@ -1,9 +1,9 @@
 """A small, safe expression language for templates: launch geometry, constraints, derived values.
 
 Templates come from people and, later, from a chat model, so their expressions are parsed with
-Python's `ast` and evaluated by walking a whitelist of node types: integer and float arithmetic,
-comparisons, `and`/`or`/`not`, `a if c else b`, names and a few named functions. Nothing is ever
-passed to eval(); an attribute, a subscript or an unknown function is an error that names it.
+Python's `ast`, checked against a whitelist of node types (integer and float arithmetic,
+comparisons, `and`/`or`/`not`, `a if c else b`, names and a few named functions) and turned once
+into nested Python closures over those nodes alone. Nothing is ever passed to eval(); an attribute, a subscript or an unknown function is an error that names it.
 Nor may an expression hang or exhaust the process that evaluates it: exponents and shifts are
 bounded (2 ** 10 ** 10 would compute for hours), nesting too deep to parse or walk is an error,
 and arithmetic that fails (inf to int, a negative shift, a function given the wrong arguments)
