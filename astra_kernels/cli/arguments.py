@@ -7,24 +7,56 @@ from __future__ import annotations
 import argparse
 import sys
 
+from astra_kernels.kernels_sglang.schema import SWEEP
 from astra_kernels.tools.errors import UsageError
 
 
-def shapes_from(folder, args, tuning: bool = False) -> list[dict] | None:
+def shapes_from(folder, args, tuning: bool = False, several: bool = False) -> list[dict] | None:
     """--shapes (comma-separated, e.g. 16x4096,64x8192), else --set NAME[,NAME...] (the sets' shapes
     in order, each once; `sweep` is the token axis at the serving widths and, unless `tuning`, the
-    held-out widths too: KernelSpec.sweep_shapes), else None (the command's default)."""
+    held-out widths too: KernelSpec.sweep_shapes), else None (the command's default).
+
+    `several`: the run takes several kernels (`astra tune K1 K2 ... --set sweep,astra,serving`), whose
+    specs name their sets differently (topk_softmax has no astra set), so each kernel takes the named
+    sets it has; one that has none of them is refused, and so is a name no kernel has
+    (sets_named_somewhere), so a misspelt set is never skipped in silence."""
     if args.shapes is not None:
         return folder.spec.parse_shapes(args.shapes)
     if args.set:
+        names = set_names(args)
+        if several:
+            names = [n for n in names if has_set(folder, n)]
+            if not names:
+                raise UsageError(f"{folder.spec.name} has none of the shape sets {args.set!r}; it has "
+                                 + ", ".join([*folder.spec.shapes, SWEEP]))
         shapes: list[dict] = []
-        for name in (n.strip() for n in args.set.split(",")):
+        for name in names:
             try:
                 shapes += [s for s in folder.spec.shape_set(name, tuning) if s not in shapes]
             except KeyError as exc:
                 raise UsageError(exc.args[0]) from None
         return shapes
     return None
+
+
+def set_names(args) -> list[str]:
+    """--set's names, in order."""
+    return [n.strip() for n in args.set.split(",")]
+
+
+def has_set(folder, name: str) -> bool:
+    return name == SWEEP or name in folder.spec.shapes
+
+
+def sets_named_somewhere(folders, args) -> None:
+    """With several kernels: every name --set gives is a set of at least one of them (UsageError
+    naming the first that is not)."""
+    if args.shapes is None and args.set:
+        for name in set_names(args):
+            if not any(has_set(f, name) for f in folders):
+                raise UsageError(f"no kernel given has a shape set {name!r} ("
+                                 + "; ".join(f"{f.spec.name}: {', '.join([*f.spec.shapes, SWEEP])}" for f in folders)
+                                 + ")")
 
 
 def _number(kind: type, smallest: float, words: str):

@@ -150,3 +150,28 @@ def test_set_takes_several_sets_each_shape_once():
     assert shapes_from(folder, Namespace(shapes=None, set="astra, serving")) == both
     with pytest.raises(UsageError, match="rmsnorm has no shape set 'nosuch'"):
         shapes_from(folder, Namespace(shapes=None, set="astra,nosuch"))
+
+
+def test_several_kernels_each_take_the_sets_they_have():
+    """`astra tune K1 ... K7 --set sweep,astra,serving` (the whole suite's tables at once): topk_softmax
+    has no astra set, so it takes sweep and serving; a name no kernel has is refused, and so is a
+    kernel that has none of the names, so a misspelt set is never skipped in silence."""
+    from argparse import Namespace
+
+    from astra_kernels.cli.arguments import sets_named_somewhere, shapes_from
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.errors import UsageError
+
+    topk, rmsnorm = suite.load("topk_softmax"), suite.load("rmsnorm")
+    args = Namespace(shapes=None, set="sweep,astra,serving")
+    sets_named_somewhere([topk, rmsnorm], args)
+    assert shapes_from(topk, args, tuning=True, several=True) == shapes_from(
+        topk, Namespace(shapes=None, set="sweep,serving"), tuning=True)
+    assert shapes_from(rmsnorm, args, tuning=True, several=True) == shapes_from(rmsnorm, args, tuning=True)
+    with pytest.raises(UsageError, match="topk_softmax has no shape set 'astra'"):
+        shapes_from(topk, args, tuning=True)  # one kernel: every name must be its own
+    with pytest.raises(UsageError, match="no kernel given has a shape set 'serveing'"):
+        sets_named_somewhere([topk, rmsnorm], Namespace(shapes=None, set="sweep,serveing"))
+    with pytest.raises(UsageError, match="topk_softmax has none of the shape sets 'astra'"):
+        shapes_from(topk, Namespace(shapes=None, set="astra"), several=True)
+    assert cli.main(["tune", "topk_softmax", "rmsnorm", "--set", "sweep,serveing", "--replay", "recorded"]) == 2

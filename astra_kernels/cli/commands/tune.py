@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from astra_kernels.cli.arguments import (
-    add_measuring_arguments, count, positive_int, positive_seconds, shapes_from,
+    add_measuring_arguments, count, positive_int, positive_seconds, sets_named_somewhere, shapes_from,
 )
 from astra_kernels.cli.cluster import add_cluster_arguments, check_cluster_arguments, cluster_pool
 from astra_kernels.cli.output import cannot_measure, console, messages, progress_bar
@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     tune = sub.add_parser("tune", help="search a kernel's template on the local GPU (the offline main job)")
     tune.add_argument("kernel", nargs="+", help="one kernel or several (each to out/KERNEL)")
     tune.add_argument("--shapes", help="comma-separated shapes (default: the kernel's astra set, else serving)")
-    tune.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd; every kernel has sweep, the token axis at its serving widths; the widths in no set that `astra bench --set sweep` adds stay untuned)")
+    tune.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd; every kernel has sweep, the token axis at its serving widths; the widths in no set that `astra bench --set sweep` adds stay untuned; with several kernels, each takes the named sets it has)")
     tune.add_argument("--dtype")
     tune.add_argument("--variant", default="default")
     tune.add_argument("--strategy", default="auto", choices=["auto", *STRATEGIES],
@@ -76,9 +76,12 @@ def run(args) -> int:
     if len(kernels) > 1 and args.store and args.replay and args.ray is None:
         raise UsageError("--store with --replay and several kernels: each replay works on its own copy of its "
                          "kernel's recording; leave --store out (each goes to OUT/KERNEL/results.sqlite)")
+    several = len(kernels) > 1
+    if several:
+        sets_named_somewhere([suite.load(k) for k in kernels], args)
     for kernel in kernels:  # every name, shape and dtype checked before any kernel is tuned
         folder = suite.load(kernel)
-        suite.check_run(folder, shapes_from(folder, args, tuning=True) or folder.spec.default_shapes(),
+        suite.check_run(folder, shapes_from(folder, args, tuning=True, several=several) or folder.spec.default_shapes(),
                         args.dtype or folder.spec.default_dtype(), args.variant)
     with contextlib.ExitStack() as stack:  # one run at a time per output folder (jobs/outputs.py)
         from astra_kernels.jobs import outputs
@@ -114,7 +117,7 @@ def _tune_on_cluster(args) -> int:
     jobs, stores = [], {}
     for kernel in dict.fromkeys(args.kernel):
         folder = suite.load(kernel)
-        shapes = shapes_from(folder, args, tuning=True) or folder.spec.default_shapes()
+        shapes = shapes_from(folder, args, tuning=True, several=len(set(args.kernel)) > 1) or folder.spec.default_shapes()
         dtype = args.dtype or folder.spec.default_dtype()
         verify = {"tuned": [], "sets": folder.spec.all_shapes()}[args.verify]
         recording = str(shipped.resolve(args.replay, folder.spec.name)) if args.replay else None
@@ -171,7 +174,7 @@ def _tune_one(args, kernel: str, reports: list) -> int:
 
     folder = suite.load(kernel)
     spec = folder.spec
-    shapes = shapes_from(folder, args, tuning=True) or spec.default_shapes()
+    shapes = shapes_from(folder, args, tuning=True, several=len(set(args.kernel)) > 1) or spec.default_shapes()
     dtype = args.dtype or spec.default_dtype()  # run() has checked the kernel runs at these
     out = output_folder(args, spec.name)
     store_path = Path(args.store or out / "results.sqlite")
