@@ -3,12 +3,13 @@ the wall time of each against the one-worker run, the tables compared shape by s
 which one worker is killed mid-way.
 
     python bench/multi_gpu.py [--kernels silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states]
-        [--set astra] [--budget 16] [--workers 1,2] [--sample N] [--kill-after 40] [--out out/multi_gpu]
+        [--set astra] [--budget 16] [--workers 1,2,4] [--sample N] [--strategy random] [--start shipped]
+        [--kill-after 40] [--out out/multi_gpu]
         [--json docs/bench/.../multi_gpu.json] [--replay recorded --pace 1]
     python bench/multi_gpu.py --analyse DIR     (DIR: an earlier run's --out, e.g. run C's stores unpacked)
 
 Each run is the command a user types, `astra tune K1 K2 ... --set S --strategy random --budget N
---seed 0 --ray --workers W`, in its own output folder, results store and compile cache (nothing is
+--seed 0 --ray --workers W` (--strategy and --start as given), in its own output folder, results store and compile cache (nothing is
 reused between runs: each compiles and measures from nothing), timed from start to exit. A seeded
 random search's first round proposes the same configurations in every run; its later rounds narrow
 around the best so far, so where two configurations are within the timing spread of each other the
@@ -80,10 +81,12 @@ def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict
     """One `astra tune --ray` run in its own process group; its wall time, exit code and reports."""
     out.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-P", "-m", "astra_kernels.cli", "tune", *args.kernels.split(","),
-               "--set", args.set, "--strategy", "random", "--budget", str(args.budget), "--seed", "0",
+               "--set", args.set, "--strategy", args.strategy, "--budget", str(args.budget), "--seed", "0",
                "--ray", "--workers", str(workers), "--out", str(out), "--json"]
     if args.sample:
         command += ["--sample", str(args.sample)]
+    if args.start:
+        command += ["--start", args.start]
     if args.replay:
         command += ["--replay", args.replay, "--pace", str(args.pace)]
     killed: dict = {}
@@ -186,6 +189,11 @@ def main() -> int:
     parser.add_argument("--sample", type=positive_int,
                         help="each shape's search over a seeded sample of this many configurations of the whole "
                              "space (astra tune --sample): a few hundred compiles a kernel instead of thousands")
+    parser.add_argument("--strategy", default="random",
+                        help="astra tune --strategy (default random: a seeded random search's first round is the "
+                             "same in every run, so the runs' tables can be compared; auto is what the shipped "
+                             "tables were tuned with)")
+    parser.add_argument("--start", help="astra tune --start (shipped: each kernel's shipped table measured first)")
     parser.add_argument("--kill-after", type=float)
     parser.add_argument("--only-kill", action="store_true", help="only the run with a worker killed")
     parser.add_argument("--replay")
@@ -193,11 +201,11 @@ def main() -> int:
     parser.add_argument("--out", default="out/multi_gpu")
     parser.add_argument("--json")
     parser.add_argument("--analyse", metavar="DIR",
-                        help="no run: read the results stores of DIR/w1 and DIR/w2 (an earlier --out) and print "
-                             "how busy the workers were, each evaluation's wall time at 2 workers against 1, "
-                             "how often a worker drew a problem's inputs and reference again, which phase of "
-                             "an evaluation (compile, check, time, floor) grew, and every other DIR/w* run's "
-                             "dispatch tables against w1's")
+                        help="no run: read the results stores (and compile caches) of DIR/w1, DIR/w2, DIR/w4, ... "
+                             "(an earlier --out) and print how busy each run's workers were, its compiles against "
+                             "its evaluations, how often a worker drew a problem's inputs and reference again, and "
+                             "against w1's: each evaluation's wall time, which phase of an evaluation (compile, "
+                             "check, time, floor) grew, and the dispatch tables")
     args = parser.parse_args()
     if args.analyse:
         return analyse(Path(args.analyse))
@@ -223,15 +231,17 @@ def main() -> int:
         one = figures["runs"][0]
         table = Table(title=f"astra tune --ray, {args.kernels} at {args.set}, {args.budget} seeded random "
                             "configurations per shape" + (f" of a sample of {args.sample}" if args.sample else ""))
-        for column in ("workers", "wall s", "speedup", "efficiency", "exit", "shapes within spread of 1 worker's",
-                       "same pick"):
+        for column in ("workers", "wall s", "evaluations", "per s", "speedup", "efficiency", "exit",
+                       "shapes within spread of the first run's", "same pick"):
             table.add_column(column)
         for run in figures["runs"]:
             run["speedup"] = one["wall_s"] / run["wall_s"]
             run["efficiency"] = run["speedup"] * one["workers"] / run["workers"]
             run["against_first"] = compare(one["best"], run["best"])
+            run["evaluations"] = len(_stored(Path(run["out"])))
             c = run["against_first"]
-            table.add_row(str(run["workers"]), f"{run['wall_s']:.1f}", f"{run['speedup']:.2f}",
+            table.add_row(str(run["workers"]), f"{run['wall_s']:.1f}", str(run["evaluations"]),
+                          f"{run['evaluations'] / run['wall_s']:.2f}", f"{run['speedup']:.2f}",
                           f"{run['efficiency']:.2f}", str(run["exit"]), f"{c['within_spread']}/{c['shapes']}",
                           f"{c['same_config']}/{c['shapes']}")
         print_table(table)
@@ -281,11 +291,35 @@ def _phase(result: dict, phase: str) -> float:
     return result["wall_seconds"] - sum(split.values()) if phase == "rest" else split.get(phase, 0.0)
 
 
+def _workers(name: str) -> int:
+    """A run folder's worker count: w4 -> 4, w4-kill -> 4."""
+    return int(name[1:].split("-")[0])
+
+
+def _compiles(folder: Path) -> list[tuple[float, float]]:
+    """(when written, NVRTC seconds) of every module a run compiled: its own compile cache (the run's
+    ASTRA_CACHE_DIR, FOLDER/cache) holds each once, with the seconds the compile took (on whichever
+    of the cluster's CPUs ran it); a run's stores without their cache, none."""
+    compiles = []
+    for meta in (folder / "cache").glob("**/*.json"):
+        try:
+            module = json.loads(meta.read_text()).get("module") or {}
+            compiles.append((meta.stat().st_mtime, float(module.get("compile_seconds") or 0.0)))
+        except (OSError, ValueError):
+            continue
+    return compiles
+
+
 def analyse(folder: Path) -> int:
-    """--analyse: the figures docs/scaling.md gives from a run's stores (runs D to H ship theirs)."""
-    runs = {name: _stored(folder / name) for name in ("w1", "w2")}
-    if not all(runs.values()):
-        console.print(f"error: no results stores under {folder}/w1 and {folder}/w2 (an earlier run's --out)",
+    """--analyse: the figures docs/scaling.md gives from a run's stores (runs D to I ship theirs):
+    for every run folder DIR/w* (w1, w2, w4, w4-kill, ...), how busy its workers were, its draws, its
+    compiles against its evaluations, and against w1, each evaluation's wall time and phases and
+    the dispatch tables."""
+    names = sorted((p.name for p in folder.glob("w*") if p.is_dir() and any(p.glob("**/results.sqlite"))),
+                   key=lambda n: (_workers(n), n))
+    runs = {name: _stored(folder / name) for name in names}
+    if "w1" not in runs or len(runs) < 2:
+        console.print(f"error: no results stores under {folder}/w1 and another {folder}/wN (an earlier run's --out)",
                       highlight=False)
         return 2
     for name, rows in runs.items():
@@ -295,30 +329,50 @@ def analyse(folder: Path) -> int:
             slot = int((row["at"] - start) // 10)
             busy[slot] = busy.get(slot, 0.0) + (row["result"].get("wall_seconds") or 0.0)
         span = max(r["at"] for r in rows.values()) - start
-        console.print(f"{name}: {len(rows)} evaluations stored over {span:.1f} s; evaluation wall seconds per 10 s: "
+        evaluating = sum(busy.values())
+        gpus = len({r["result"].get("gpu") for r in rows.values()})
+        console.print(f"{name}: {len(rows)} evaluations stored over {span:.1f} s ({len(rows) / max(span, 1e-9):.2f} a "
+                      f"second; their wall times sum to {evaluating:.0f} s, {evaluating / max(gpus * span, 1e-9):.0%} "
+                      f"of {gpus} GPU(s) over the span); evaluation wall seconds per 10 s: "
                       + ", ".join(f"{busy.get(i, 0.0):.0f}" for i in range(int(span // 10) + 1)), highlight=False)
         console.print(f"{name}: draws made again with the last problem kept: {_redrawn(rows, 1)} of {len(rows)}; "
                       f"with every problem kept: {_redrawn(rows, None)}", highlight=False)
-    one, two = runs["w1"], runs["w2"]
-    both = [k for k in one if k in two and one[k]["result"].get("timing") and two[k]["result"].get("timing")]
-    wall = [two[k]["result"]["wall_seconds"] / one[k]["result"]["wall_seconds"] for k in both]
-    gpu = [two[k]["result"]["timing"]["median_us"] / one[k]["result"]["timing"]["median_us"] for k in both]
-    console.print(f"{len(both)} evaluations in both runs: wall time at 2 workers over 1, median "
-                  f"{statistics.median(wall):.3f}, mean {statistics.mean(wall):.3f}; GPU time (graph-replay "
-                  f"median) ratio, median {statistics.median(gpu):.3f}", highlight=False)
-    phased = [k for k in both if one[k]["result"].get("phase_seconds") and two[k]["result"].get("phase_seconds")]
-    if phased:  # stores from before phases were kept have none
-        total = sum(one[k]["result"]["wall_seconds"] for k in phased)
-        parts = []
-        for phase in ("compile", "check", "time", "floor", "rest"):
-            spent = [(_phase(one[k]["result"], phase), _phase(two[k]["result"], phase)) for k in phased]
-            share = sum(a for a, _ in spent) / total
-            ratio = sum(b for _, b in spent) / max(sum(a for a, _ in spent), 1e-9)
-            parts.append(f"{phase} {share:.0%} of 1 worker's, x{ratio:.3f} at 2")
-        console.print(f"{len(phased)} of them by phase (summed over the evaluations): " + "; ".join(parts),
-                      highlight=False)
+        compiles = _compiles(folder / name)
+        if compiles:
+            cpu = sum(c for _, c in compiles)
+            last = max(t for t, _ in compiles) - start
+            per = {}
+            for at, _ in compiles:
+                per[int((at - start) // 10)] = per.get(int((at - start) // 10), 0) + 1
+            console.print(f"{name}: {len(compiles)} compiles, {cpu:.0f} CPU seconds of NVRTC ({cpu / max(evaluating, 1e-9):.2f}x "
+                          f"the evaluations' wall seconds), the last {last:.1f} s after the first evaluation; compiles "
+                          "per 10 s: " + ", ".join(f"{per.get(i, 0)}" for i in range(min(per), max(per) + 1)),
+                          highlight=False)
+    one = runs["w1"]
+    for name, other in runs.items():
+        if name == "w1":
+            continue
+        both = [k for k in one if k in other and one[k]["result"].get("timing") and other[k]["result"].get("timing")]
+        if not both:
+            continue
+        wall = [other[k]["result"]["wall_seconds"] / one[k]["result"]["wall_seconds"] for k in both]
+        gpu = [other[k]["result"]["timing"]["median_us"] / one[k]["result"]["timing"]["median_us"] for k in both]
+        console.print(f"{len(both)} evaluations in both w1 and {name}: wall time at {name} over w1, median "
+                      f"{statistics.median(wall):.3f}, mean {statistics.mean(wall):.3f}; GPU time (graph-replay "
+                      f"median) ratio, median {statistics.median(gpu):.3f}", highlight=False)
+        phased = [k for k in both if one[k]["result"].get("phase_seconds") and other[k]["result"].get("phase_seconds")]
+        if phased:  # stores from before phases were kept have none
+            total = sum(one[k]["result"]["wall_seconds"] for k in phased)
+            parts = []
+            for phase in ("compile", "check", "time", "floor", "rest"):
+                spent = [(_phase(one[k]["result"], phase), _phase(other[k]["result"], phase)) for k in phased]
+                share = sum(a for a, _ in spent) / total
+                ratio = sum(b for _, b in spent) / max(sum(a for a, _ in spent), 1e-9)
+                parts.append(f"{phase} {share:.0%} of w1's, x{ratio:.3f} at {name}")
+            console.print(f"{len(phased)} of them by phase (summed over the evaluations): " + "; ".join(parts),
+                          highlight=False)
     first = best_by_shape(reports_of(folder / "w1"), folder / "w1")
-    for other in sorted(p.name for p in folder.glob("w*") if p.name != "w1" and (p / "stdout.json").exists()):
+    for other in (n for n in names if n != "w1" and (folder / n / "stdout.json").exists()):
         c = compare(first, best_by_shape(reports_of(folder / other), folder / other))
         apart = [r for r in c["rows"] if not r.get("within_spread")]
         console.print(f"{other}'s tables against w1's: {c['within_spread']} of {c['shapes']} shapes within spread, "
