@@ -253,6 +253,13 @@ def make_case(kernel: str, shape_items: tuple, dtype: str, variant: str, seed: i
     return Case(inputs=inputs, expected=expected)
 
 
+@functools.lru_cache(maxsize=1024)
+def parsed(text: str) -> Expression:
+    """A spec's expression (a buffer's size, the bytes moved), parsed once: a problem is built for
+    every request, and a replay asks one of every configuration of a space at every shape."""
+    return Expression(text)
+
+
 def problem(folder: KernelFolder, shape: dict[str, int], dtype: str, variant: str = "default") -> Problem:
     spec = folder.spec
     env = environment(spec, shape, dtype, variant)
@@ -260,16 +267,16 @@ def problem(folder: KernelFolder, shape: dict[str, int], dtype: str, variant: st
     for arg in spec.args:
         arg_dtype = dtype if arg.dtype == KERNEL_DTYPE else arg.dtype
         if arg.role == "scalar":
-            value = Expression(arg.value)(env)
+            value = parsed(arg.value)(env)
             params.append(Param(arg.name, "scalar", arg_dtype, value=value))
         else:
-            dims = tuple(int(Expression(d)(env)) for d in arg.shape)
+            dims = tuple(int(parsed(d)(env)) for d in arg.shape)
             params.append(Param(arg.name, arg.role, arg_dtype, dims))
     return Problem(
         params=params,
         make_case=functools.partial(make_case, spec.name, tuple(shape.items()), dtype, variant),
-        bytes_moved=int(Expression(spec.bytes_moved)(env)),
-        bytes_written=int(Expression(spec.bytes_written)(env)) if spec.bytes_written else None,
+        bytes_moved=int(parsed(spec.bytes_moved)(env)),
+        bytes_written=int(parsed(spec.bytes_written)(env)) if spec.bytes_written else None,
         tolerances=spec.tolerances,
         label=f"{spec.name} {spec.label(shape)} {dtype}" + ("" if variant == "default" else f" {variant}"),
     )

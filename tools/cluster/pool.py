@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +79,9 @@ class Waiter:
     kind: str
     problem: str  # the label of the problem it evaluates ("" for none)
     since: float  # time.monotonic() when it began to wait
+    label: str = ""  # what it measures, for the worker's status
+    slot: Slot | None = None  # the worker `match` handed it
+    first: bool = False  # whether that worker meets its problem for the first time (so draws it)
 
 
 def steal_at(waiter: Waiter, draw_s: dict[str, float]) -> float:
@@ -99,13 +102,12 @@ def match(idle: list[Slot], waiting: list[Waiter], live: list[Slot], draw_s: dic
     tokens a draw (10-40 s) outlasts the drawer's evaluation many times, while at small shapes
     (checks of milliseconds) it hardly waits. At each step the oldest waiter that no other free
     worker could take; a worker nobody may take stays idle."""
-    def covered(problem: str) -> bool:
-        """Drawn on as many live workers as evaluations of it want one now."""
-        drawers = sum(problem in s.drawn for s in live)
-        wanting = sum(w.problem == problem for w in waiting) + sum(s.problem == problem for s in live)
-        return bool(problem) and drawers >= wanting
-
-    held = {w.problem for w in waiting if covered(w.problem)}
+    # Counted once: with every shape of seven kernels waiting at once (640 on 2026-11-28), counting
+    # per waiter made each matching quadratic in the waiters, and the driver's one core the bound.
+    drawers = Counter(p for s in live for p in s.drawn)
+    wanting = Counter(w.problem for w in waiting) + Counter(s.problem for s in live)
+    # drawn on as many live workers as evaluations of it want one now
+    held = {w.problem for w in waiting if w.problem and drawers[w.problem] >= wanting[w.problem]}
     steps = (lambda w, s: bool(w.problem) and w.problem in s.drawn,
              lambda w, s: w.problem not in held,
              lambda w, s: now >= steal_at(w, draw_s))
@@ -150,6 +152,8 @@ class WorkerPool:
         self.slots: list[Slot] = []
         self._idle: dict[str, deque[Slot]] = {}
         self._waiting: list[Waiter] = []  # callers waiting for a worker, in arrival order
+        self._changed: set[str] = set()  # GPU kinds whose waiters and idle workers must be matched again
+        self._next_match: dict[str, float] = {}  # kind -> when a waiter of it may next steal (steal_at)
         self._draw_s: dict[str, float] = {}  # problem -> the wall time of its first evaluation on a worker
         self._starting = 0
         self._closed = False
@@ -185,6 +189,7 @@ class WorkerPool:
             slot = Slot(index=len(self.slots), handle=handle, device=device, replaces=replaces)
             self.slots.append(slot)
             self._idle.setdefault(slot.kind, deque()).append(slot)
+            self._changed.add(slot.kind)
             self._lock.notify_all()
         return slot
 
@@ -208,35 +213,62 @@ class WorkerPool:
         as `match` decides; with whether the worker meets the problem for the first time (so draws
         it). A worker draws each problem's inputs and float64 reference on the host the first time
         it meets it (10-40 s at 16384 tokens), and on two H100s, each caller taking the longest
-        idle worker, every worker drew every problem, 114 draws for 57 (docs/scaling.md, run G)."""
+        idle worker, every worker drew every problem, 114 draws for 57 (docs/scaling.md, run G).
+
+        The matching runs once per change (a waiter arrives or leaves, a worker frees or starts, a
+        waiter's steal time comes), by whichever waiter wakes first, and hands workers to the
+        waiters it chose; the others only look whether they were chosen. With every waiter matching
+        for itself, a whole suite's 640 waiters made the driver's core the bound (run J)."""
         with self._lock:
-            me = Waiter(kind, problem, time.monotonic())
+            me = Waiter(kind, problem, time.monotonic(), label)
             self._waiting.append(me)
+            self._changed.add(kind)
             self._lock.notify_all()  # one more evaluation of a problem can hand an idle worker to an older waiter
             try:
-                while True:
+                while me.slot is None:
                     if self._closed:
                         raise WorkerError("the cluster's workers were stopped")
                     if not self.live(kind) and not self._starting:
                         raise WorkerError(f"no {kind} worker is left in the cluster (lost: {'; '.join(self.lost)})")
                     now = time.monotonic()
-                    waiting = [w for w in self._waiting if w.kind == kind]
-                    chosen = match(list(self._idle.get(kind, ())), waiting, self.live(kind), self._draw_s, now)
-                    if me in chosen:
-                        break
+                    if kind in self._changed or now >= self._next_match.get(kind, float("inf")):
+                        self._match(kind, now)
+                        continue
                     # until the next waiter may steal (one past it waits for a worker to free: a notify)
-                    later = [t - now for t in (steal_at(w, self._draw_s) for w in waiting) if t > now]
-                    self._lock.wait(max(0.01, min([1.0] + later)))
+                    self._lock.wait(max(0.01, min(1.0, self._next_match.get(kind, float("inf")) - now)))
+            except BaseException:
+                if me.slot is not None:  # handed a worker as it gave up (Ctrl-C): the worker goes back
+                    self._idle[kind].append(me.slot)
+                    me.slot.doing = me.slot.problem = ""
+                raise
             finally:
                 self._waiting.remove(me)
-                self._lock.notify_all()  # the matching changed for the others
-            slot = chosen[me]
+                self._changed.add(kind)  # the matching changed for the others
+                self._lock.notify_all()
+            return me.slot, me.first
+
+    def _match(self, kind: str, now: float) -> None:
+        """Hand `kind`'s idle workers to its waiters as `match` decides (under the lock), and note
+        when a waiter left waiting may next steal a worker; nothing to do while none is idle (a
+        worker freeing is a change)."""
+        self._changed.discard(kind)
+        idle = list(self._idle.get(kind, ()))
+        waiting = [w for w in self._waiting if w.kind == kind and w.slot is None]
+        if not idle or not waiting:
+            self._next_match[kind] = float("inf")
+            return
+        chosen = match(idle, waiting, self.live(kind), self._draw_s, now)
+        for waiter, slot in chosen.items():
             self._idle[kind].remove(slot)
-            slot.doing, slot.problem = label, problem
-            first = bool(problem) and problem not in slot.drawn
-            if problem:
-                slot.drawn.add(problem)
-            return slot, first
+            slot.doing, slot.problem = waiter.label, waiter.problem
+            waiter.first = bool(waiter.problem) and waiter.problem not in slot.drawn
+            if waiter.problem:
+                slot.drawn.add(waiter.problem)
+            waiter.slot = slot
+        later = [t for t in (steal_at(w, self._draw_s) for w in waiting if w.slot is None) if t > now]
+        self._next_match[kind] = min(later, default=float("inf"))
+        if chosen:
+            self._lock.notify_all()
 
     def _release(self, slot: Slot) -> None:
         with self._lock:
@@ -244,6 +276,7 @@ class WorkerPool:
             slot.done += 1
             if slot.alive:
                 self._idle.setdefault(slot.kind, deque()).append(slot)
+            self._changed.add(slot.kind)
             self._lock.notify_all()
 
     def evaluate(self, kind: str, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:

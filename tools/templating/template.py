@@ -119,10 +119,23 @@ class Template:
     default: dict[str, int] = field(default_factory=dict)
     build: Build = field(default_factory=Build)
     lines: dict[str, int] = field(default_factory=dict)  # each keyed directive's line, for errors
+    # instantiate_all's verdicts, by the configurations and the environment's values the derived
+    # values and constraints read; never compared, printed or pickled
+    _verdicts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_verdicts": {}}
 
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.parameters]
+
+    def screened_names(self) -> tuple[str, ...]:
+        """The environment's names the derived values and constraints read (not the parameters,
+        not the derived values themselves): what decides whether a configuration is excluded."""
+        own = {*self.names, *(d.name for d in self.derived)}
+        read = set().union(*(d.expression.names for d in self.derived), *(c.expression.names for c in self.constraints))
+        return tuple(sorted(read - own))
 
     def point(self, config: Mapping[str, int]) -> dict[str, int] | None:
         """`config` as a point of this space: a parameter it leaves out at the default, a name the
@@ -165,14 +178,26 @@ class Template:
         `env` holds the shape symbols, dtype facts, device facts and variant defines; the result
         is an Instance, or the first constraint that fails.
         """
-        unknown = set(config) - set(self.names)
-        missing = set(self.names) - set(config)
-        if unknown or missing:
-            raise TemplateError(
-                f"{self.path}: configuration {dict(config)} "
-                + (f"sets unknown parameter(s) {sorted(unknown)} " if unknown else "")
-                + (f"lacks {sorted(missing)}" if missing else "")
-            )
+        self._check_names([config])
+        screened = self._screen(config, env)
+        return screened if isinstance(screened, Exclusion) else self._concrete(config, *screened)
+
+    def _check_names(self, configs: list[Mapping[str, int]]) -> None:
+        """Each configuration sets every parameter and nothing else (TemplateError naming it)."""
+        names = set(self.names)
+        for config in configs:
+            if config.keys() != names:
+                unknown, missing = set(config) - names, names - set(config)
+                raise TemplateError(
+                    f"{self.path}: configuration {dict(config)} "
+                    + (f"sets unknown parameter(s) {sorted(unknown)} " if unknown else "")
+                    + (f"lacks {sorted(missing)}" if missing else "")
+                )
+
+    def _screen(self, config: Mapping[str, int], env: Mapping[str, int | float]
+                ) -> Exclusion | tuple[dict[str, int | float], dict[str, int]]:
+        """The derived values and the constraints: the first constraint that fails, else the scope
+        and the derived values."""
         scope: dict[str, int | float] = {**env, **config}
         derived: dict[str, int] = {}
         for item in self.derived:
@@ -181,6 +206,11 @@ class Template:
         for constraint in self.constraints:
             if not self._eval(constraint.expression, scope, constraint.line):
                 return Exclusion(dict(config), constraint.reason or constraint.expression.text, constraint.line)
+        return scope, derived
+
+    def _concrete(self, config: Mapping[str, int], scope: dict[str, int | float], derived: dict[str, int]
+                  ) -> Instance | Exclusion:
+        """The geometry and the build of a configuration that passed the constraints."""
         grid = tuple(self._eval(e, scope, self.lines.get("grid", 0), int) for e in self.grid)
         block = tuple(self._eval(e, scope, self.lines.get("block", 0), int) for e in self.block)
         for what, dims in (("grid", grid), ("block", block)):
@@ -198,6 +228,31 @@ class Template:
             build=self.build,
         )
 
+    def instantiate_all(self, configs: list[Mapping[str, int]], env: Mapping[str, int | float]
+                        ) -> list[Instance | Exclusion]:
+        """instantiate() of each configuration in one environment, the same results, at a fraction
+        of the cost across the shapes of a tune: which configurations the constraints exclude
+        depends only on the environment's values they (and the derived values) read
+        (screened_names), and a token sweep changes none of them for most kernels (rmsnorm's read
+        the row length, not the token count), so the verdicts are kept per those values and
+        configurations; only the configurations that pass are made concrete at each shape. A
+        whole space at every shape of a sweep was the driver's bound: 55,296 rmsnorm configurations
+        at each of its 74 shapes, 3.8 million instantiations a kernel (docs/scaling.md, run J)."""
+        configs = list(configs)
+        key = (tuple(env.get(n) for n in self.screened_names()),
+               tuple(tuple(c.items()) for c in configs))
+        verdicts = self._verdicts.get(key)
+        if verdicts is None:
+            self._check_names(configs)
+            screened = [self._screen(config, env) for config in configs]
+            verdicts = [s if isinstance(s, Exclusion) else None for s in screened]
+            while len(self._verdicts) >= VERDICTS_KEPT:  # the oldest environment's go first
+                self._verdicts.pop(next(iter(self._verdicts)))
+            self._verdicts[key] = verdicts
+            return [s if isinstance(s, Exclusion) else self._concrete(config, *s) for config, s in zip(configs, screened)]
+        return [verdict if verdict is not None else self.instantiate(config, env)
+                for config, verdict in zip(configs, verdicts)]
+
     def _eval(self, expression: Expression, scope, line: int, cast=None):
         try:
             value = expression(scope)
@@ -206,6 +261,9 @@ class Template:
             raise TemplateError(f"{self.path}:{line}: {exc}") from None
         except (ArithmeticError, ValueError, TypeError) as exc:  # an infinite or complex size
             raise TemplateError(f"{self.path}:{line}: {expression.text!r}: {type(exc).__name__}: {exc}") from None
+
+
+VERDICTS_KEPT = 32  # environments' verdicts a template keeps (a sweep's widths, several dtypes)
 
 
 def _define(value) -> int:

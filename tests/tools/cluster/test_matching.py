@@ -146,7 +146,7 @@ def bare_pool(workers: list[Slot]):
     pool = object.__new__(WorkerPool)
     pool._lock, pool.slots, pool.lost = threading.Condition(), workers, []
     pool._idle = {KIND: deque(s for s in workers if not s.doing)}
-    pool._waiting, pool._draw_s = [], {}
+    pool._waiting, pool._draw_s, pool._changed, pool._next_match = [], {}, set(), {}
     pool._closed, pool._starting = False, 0
     return pool
 
@@ -217,3 +217,52 @@ def test_waiters_past_their_steal_time_do_not_spin_while_every_worker_is_busy(mo
         pool._lock.notify_all()
     thread.join(2)
     assert len(calls) <= 3  # woken by a worker freeing or once a second, not 100 times a second
+
+
+def test_hundreds_of_waiters_match_once_per_change_not_once_each(monkeypatch):
+    """A whole suite's sweep puts every shape's evaluation in the waiting room at once (640 on
+    2026-11-28's four-H200 run J, where the driver's core was the bound at 100% and the GPUs
+    idled): each waiter re-ran the matching, itself quadratic in the waiters, whenever anything
+    changed. Now the matching runs once per change and the waiters only look whether they were
+    chosen: 300 waiters and a worker freeing three times match a handful of times, and every
+    freed worker is taken."""
+    import threading
+    import time
+
+    from astra_kernels.tools.cluster import pool as pool_module
+    from astra_kernels.tools.errors import WorkerError
+
+    workers = slots(2)
+    for index, slot in enumerate(workers):
+        slot.doing, slot.problem = "measuring", f"busy{index}"
+    pool = bare_pool(workers)
+    calls = []
+    real = pool_module.match
+    monkeypatch.setattr(pool_module, "match", lambda *args: calls.append(len(args[1])) or real(*args))
+    taken = []
+
+    def ask(index: int) -> None:
+        try:
+            taken.append(pool._acquire(KIND, f"w{index}", f"p{index}")[0])
+        except WorkerError:
+            pass
+
+    threads = [threading.Thread(target=ask, args=(i,), daemon=True) for i in range(300)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        assert calls == []  # no worker idle: nothing to match, however many arrive
+        for freed in range(1, 4):
+            pool._release(workers[0])
+            deadline = time.monotonic() + 2
+            while len(taken) < freed and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert len(taken) == 3 and len(calls) <= 6, calls
+    finally:
+        with pool._lock:
+            pool._closed = True
+            pool._lock.notify_all()
+        for thread in threads:
+            thread.join(5)
+    assert not any(t.is_alive() for t in threads)

@@ -48,6 +48,25 @@ def test_constraints_exclude_with_reason_and_line():
     assert isinstance(wide, Exclusion) and "16 bytes" in wide.reason
 
 
+def test_instantiate_all_gives_instantiates_results_at_every_shape_of_a_sweep():
+    """instantiate_all keeps the constraints' verdicts per the values they read (D, ELEM_BYTES: not
+    the tokens), so a token sweep screens the space once per width; what depends on the tokens (the
+    grid, an empty one excluded) is made at each shape, and a width or dtype of its own is screened
+    afresh."""
+    t = parse_template(GOOD.replace("//@ grid: ceil_div(T, 2), min(NVEC, 4)", "//@ grid: T - 2, min(NVEC, 4)"),
+                       "good.cu", SYMBOLS)
+    assert t.screened_names() == ("D", "ELEM_BYTES")
+    configs = list(t.all_configs())
+    for T, D, elem in [(1, 4096, 2), (8, 4096, 2), (2, 4096, 2), (64, 4097, 2), (64, 4096, 4), (3, 4096, 2)]:
+        env = {"T": T, "D": D, "ELEM_BYTES": elem, "SMS": 132}
+        assert t.instantiate_all(configs, env) == [t.instantiate(c, env) for c in configs]
+    assert len(t._verdicts) == 3  # one screening per (D, ELEM_BYTES)
+    empty = t.instantiate_all(configs, {"T": 2, "D": 4096, "ELEM_BYTES": 2, "SMS": 132})
+    assert any(isinstance(r, Exclusion) and "empty dimension" in r.reason for r in empty)
+    with pytest.raises(TemplateError, match="lacks"):
+        t.instantiate_all([{"THREADS": 64}], {"T": 2, "D": 4096, "ELEM_BYTES": 2, "SMS": 132})
+
+
 def test_sampling_is_seeded_and_whole_when_small():
     t = parse_template(GOOD, "good.cu", SYMBOLS)
     assert len(t.sample_configs(100)) == 12
