@@ -318,8 +318,8 @@ def analyse(folder: Path) -> int:
     names = sorted((p.name for p in folder.glob("w*") if p.is_dir() and any(p.glob("**/results.sqlite"))),
                    key=lambda n: (_workers(n), n))
     runs = {name: _stored(folder / name) for name in names}
-    if "w1" not in runs or len(runs) < 2:
-        console.print(f"error: no results stores under {folder}/w1 and another {folder}/wN (an earlier run's --out)",
+    if not runs:
+        console.print(f"error: no results stores under {folder}/wN (an earlier run's --out: w1, w2, w4-kill ...)",
                       highlight=False)
         return 2
     for name, rows in runs.items():
@@ -337,6 +337,11 @@ def analyse(folder: Path) -> int:
                       + ", ".join(f"{busy.get(i, 0.0):.0f}" for i in range(int(span // 10) + 1)), highlight=False)
         console.print(f"{name}: draws made again with the last problem kept: {_redrawn(rows, 1)} of {len(rows)}; "
                       f"with every problem kept: {_redrawn(rows, None)}", highlight=False)
+        phases = {phase: sum(_phase(r["result"], phase) for r in rows.values() if r["result"].get("phase_seconds"))
+                  for phase in ("compile", "check", "time", "floor", "rest")}
+        console.print(f"{name}: the evaluations' wall seconds by phase: " + ", ".join(
+            f"{phase} {seconds:.0f} s ({seconds / max(evaluating, 1e-9):.0%})" for phase, seconds in phases.items())
+            + f"; kernel shapes evaluated (timed or only checked): {len({r['problem'] for r in rows.values()})}", highlight=False)
         compiles = _compiles(folder / name)
         if compiles:
             cpu = sum(c for _, c in compiles)
@@ -348,6 +353,8 @@ def analyse(folder: Path) -> int:
                           f"the evaluations' wall seconds), the last {last:.1f} s after the first evaluation; compiles "
                           "per 10 s: " + ", ".join(f"{per.get(i, 0)}" for i in range(min(per), max(per) + 1)),
                           highlight=False)
+    if "w1" not in runs:  # a run alone (a whole suite cut short): nothing to compare with
+        return 0
     one = runs["w1"]
     for name, other in runs.items():
         if name == "w1":
