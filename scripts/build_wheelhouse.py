@@ -405,6 +405,60 @@ def summary_table(wheels: Sequence[WheelInfo]) -> str:
     return "\n".join(lines)
 
 
+# What --slim NAME leaves out of a wheel: parts a GPU node running `astra tune --ray` never loads.
+# Ray's wheel is 79 MB (its Java jars 32 MB, its libraries for training, serving, data and LLMs,
+# the dashboard's web client), more than a lent GPU's 64 MiB for the tree and wheels together;
+# slimmed, its binaries stripped and its members LZMA-compressed, it is 25 MB and runs a local
+# cluster (docs/scaling.md's four-H200 runs used it).
+SLIM = {
+    "ray": ("ray/jars/", "ray/rllib/", "ray/data/", "ray/serve/", "ray/tune/", "ray/train/", "ray/llm/",
+            "ray/dashboard/client/build/"),
+}
+_ELF = b"\x7fELF"
+
+
+def slim_wheel(path: Path, drop: Sequence[str], strip: Callable[[Path], None] | None = None) -> Path:
+    """Rewrite the wheel at `path` in place without the members under the `drop` prefixes, each
+    ELF binary passed through `strip` (default: `strip --strip-unneeded` where binutils has it), every
+    member LZMA-compressed (pip reads any method zipfile does), and RECORD written anew for what is
+    left, so pip installs it as it would the original."""
+    if strip is None and shutil.which("strip"):
+        def strip(binary: Path) -> None:
+            subprocess.run(["strip", "--strip-unneeded", str(binary)], check=False, capture_output=True)
+    with zipfile.ZipFile(path) as source:
+        record = next((n for n in source.namelist() if n.endswith(".dist-info/RECORD")), None)
+        kept: list[tuple[zipfile.ZipInfo, bytes]] = []
+        with tempfile.TemporaryDirectory() as scratch:
+            for info in source.infolist():
+                if info.filename == record or any(info.filename.startswith(prefix) for prefix in drop):
+                    continue
+                data = source.read(info)
+                if strip is not None and data[:4] == _ELF:
+                    binary = Path(scratch) / "binary"
+                    binary.write_bytes(data)
+                    strip(binary)
+                    data = binary.read_bytes()
+                kept.append((info, data))
+    rows = [f"{info.filename},sha256={_urlsafe_digest(data)},{len(data)}" for info, data in kept if not info.is_dir()]
+    slimmed = path.with_suffix(".slim")
+    with zipfile.ZipFile(slimmed, "w", compression=zipfile.ZIP_LZMA) as target:
+        for info, data in kept:
+            member = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            member.external_attr, member.compress_type = info.external_attr, zipfile.ZIP_LZMA
+            target.writestr(member, data)
+        if record is not None:
+            target.writestr(record, "\n".join([*rows, f"{record},,"]) + "\n")
+    slimmed.replace(path)
+    return path
+
+
+def _urlsafe_digest(data: bytes) -> str:
+    import base64
+    import hashlib
+
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
 def install_instructions(out: Path, python_version: str) -> str:
     """The commands to run on the target node, after copying ``out`` there."""
     site = "$HOME/.astra/site-" + python_version
@@ -440,6 +494,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--extra", action="append", default=[], metavar="NAME==VER",
                         help="extra package (pinned) to include, repeatable; the pin "
                              "also wins if the package is a dependency")
+    parser.add_argument("--slim", action="append", default=[], metavar="NAME", choices=sorted(SLIM),
+                        help="rewrite this package's wheel without what a GPU node never loads (ray: its jars, "
+                             "RLlib, Data, Serve, Tune, Train, LLM and dashboard client; 79 -> 25 MB), binaries "
+                             "stripped, LZMA-compressed; repeatable")
     parser.add_argument("--no-project", action="store_true",
                         help="do not build astra-kernels' own wheel")
     args = parser.parse_args(argv)
@@ -468,6 +526,11 @@ def main(argv: Sequence[str] | None = None, download: Downloader | None = None) 
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    for name in args.slim:
+        for wheel in (w for w in wheels if w.name == name):
+            before = wheel.path.stat().st_size
+            slim_wheel(wheel.path, SLIM[name])
+            print(f"slimmed {wheel.path.name}: {before / 1e6:.1f} -> {wheel.path.stat().st_size / 1e6:.1f} MB")
     if not args.no_project:
         print("building the astra-kernels wheel")
         wheels.append(read_wheel(build_project_wheel(out)))

@@ -284,6 +284,44 @@ def test_read_wheel(tmp_path):
     assert (info.name, info.version, info.requires) == ("pydantic-core", "2.50.4", ["typing-extensions>=4.14.1"])
 
 
+def test_slim_wheel_drops_what_a_gpu_node_never_loads_and_keeps_an_installable_record(tmp_path):
+    """--slim ray: the jars and unused libraries out, ELF binaries through strip, every member
+    LZMA-compressed, and RECORD naming exactly what is left with its hash and size (what pip reads)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    path = tmp_path / "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"
+    members = {"ray/__init__.py": b"VERSION = 1\n", "ray/jars/ray_dist.jar": b"j" * 4096,
+               "ray/rllib/algo.py": b"x = 1\n", "ray/core/src/ray/raylet/raylet": b"\x7fELF" + b"\0" * 100,
+               "ray/dashboard/client/build/main.js": b"js", "ray/dashboard/agent.py": b"agent = 1\n",
+               "ray-2.60.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n",
+               "ray-2.60.0.dist-info/RECORD": b"stale\n"}
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in members.items():
+            wheel.writestr(name, data)
+    stripped = []
+
+    def strip(binary):
+        stripped.append(binary.read_bytes()[:4])
+        binary.write_bytes(b"\x7fELF stripped")
+
+    bw.slim_wheel(path, bw.SLIM["ray"], strip=strip)
+    with zipfile.ZipFile(path) as wheel:
+        names = set(wheel.namelist())
+        assert names == {"ray/__init__.py", "ray/core/src/ray/raylet/raylet", "ray/dashboard/agent.py",
+                         "ray-2.60.0.dist-info/METADATA", "ray-2.60.0.dist-info/RECORD"}
+        assert all(i.compress_type == zipfile.ZIP_LZMA for i in wheel.infolist())
+        assert wheel.read("ray/core/src/ray/raylet/raylet") == b"\x7fELF stripped" and stripped == [b"\x7fELF"]
+        rows = wheel.read("ray-2.60.0.dist-info/RECORD").decode().splitlines()
+        for row in rows[:-1]:
+            name, digest, size = row.split(",")
+            data = wheel.read(name)
+            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert int(size) == len(data)
+        assert rows[-1] == "ray-2.60.0.dist-info/RECORD,," and len(rows) == len(names)
+
+
 # A tiny index for resolve(): name -> (version, Requires-Dist lines).
 CATALOGUE = {
     "pydantic": ("2.14.3", ["annotated-types>=0.6.0", "pydantic-core==2.50.4", "typing-extensions>=4.14.1",
