@@ -9,8 +9,9 @@ SETS the spec's timed sets (astra, serving; the odd shapes are checked, never tu
 replaces the shipped one keeps every shape the shipped one was tuned at, and adds the token axis at
 the serving widths;
 its output in OUT/logs/KERNEL-L2.log with the time of each line. The local path, not `--ray`: each
-process draws ahead on its own cores (tools/measuring/draws.py), which a cluster's workers do not
-yet, and a kernel's table comes from one GPU, so its picks are compared on one device. At
+process draws ahead on its own cores (tools/measuring/draws.py; a cluster's workers do since
+WorkerPool.prefetch, not yet measured on GPUs), and a kernel's table comes from one GPU, so its
+picks are compared on one device. At
 `--seconds` every process still running is stopped as Ctrl-C stops it (every evaluation kept in
 its results store), and running the same command again resumes each from its store. OUT/sweep-L2.json
 says per kernel what ended it and how long it took. `--bench` runs `astra bench --set sweep` the

@@ -432,13 +432,17 @@ def draw_ahead(worker, requests: Iterable) -> None:
     """Have a local evaluation worker draw the inputs and float64 references `requests` will be
     checked on, in their order, on its host's other cores ahead of their evaluations
     (tools/measuring/draws.py): drawn one after another as each shape came, the draws took 276 of
-    a silu_and_mul sweep's 476 s on an H200 while the GPU idled. A replay draws nothing, and a
-    cluster's workers draw where each request lands, so theirs draw as they go."""
-    if isinstance(worker, EvaluationWorker):
+    a silu_and_mul sweep's 476 s on an H200 while the GPU idled. A replay draws nothing; a
+    cluster's workers share the problems out, each drawn ahead by one (WorkerPool.prefetch)."""
+    cluster = getattr(worker, "prefetch", None)  # a cluster's workers of one kind (tools/cluster/pool.py)
+    if isinstance(worker, EvaluationWorker) or cluster is not None:
         items = {draws.case_key(*item): item for r in requests for item in request_draws(r)}  # each once, in order
         if items:
             try:
-                worker.call(draws.prefetch, list(items.values()))
+                if cluster is not None:  # each problem drawn ahead by one worker, which its evaluations go to
+                    cluster(list(items.values()))
+                else:
+                    worker.call(draws.prefetch, list(items.values()))
             except WorkerError:  # drawing ahead only saves time: a worker that could not draws as it goes
                 pass
 

@@ -483,3 +483,21 @@ def test_a_local_worker_is_told_each_draw_ahead_once_in_the_order_the_tune_needs
         Local.told = []
         run(store, ScriptedWorker(), strategy="random", budget=Budget(evaluations=3))
     assert Local.told == []  # not a local worker: nothing drawn ahead
+
+
+def test_a_clusters_view_is_handed_the_same_draws_to_share_out(tmp_path):
+    """A cluster's workers of one kind (KindView) get the same list through their prefetch, which
+    WorkerPool.prefetch shares out, each problem to one worker (tests/tools/cluster/test_matching.py)."""
+
+    class View(ScriptedWorker):
+        told: list = []
+
+        def prefetch(self, items):
+            self.told.append([(problem.label, seed) for problem, seed in items])
+            return len(items)
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        run(store, View(), strategy="random", budget=Budget(evaluations=3))
+    first = View.told[0]
+    assert len(first) == len(set(first))
+    assert list(dict.fromkeys(label for label, _ in first)) == [f"silu_and_mul {FOLDER.spec.label(s)} bf16" for s in SHAPES]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 
 from astra_kernels.tools.measuring.evaluation import EvaluationRequest, EvaluationResult
 from astra_kernels.tools.measuring.replay import RecordedWorker, recorded_devices
@@ -37,6 +38,9 @@ class EvaluationHost:
             self.workers = [EvaluationWorker(device_index=0, timeout_s=timeout_s)]
         for worker in self.workers:
             worker.start()
+        # One request at a time through a worker's pipe: the actor runs two calls at once (an
+        # evaluation and a prefetch), and their messages must not interleave.
+        self._using = threading.Lock()
 
     def describe(self) -> dict:
         """The GPU (name, arch, multiprocessors, ...) and where it is (host, gpu, pid)."""
@@ -44,7 +48,8 @@ class EvaluationHost:
 
     def evaluate(self, request: EvaluationRequest) -> EvaluationResult:
         for worker in self.workers:
-            result = worker.evaluate(request)
+            with self._using:
+                result = worker.evaluate(request)
             if result.status != "unrecorded":
                 break
         else:
@@ -54,6 +59,18 @@ class EvaluationHost:
                                                    f"has a measurement of this candidate on {result.device}; a "
                                                    "replay answers only what a GPU run recorded"})
         return result.model_copy(update={"host": self.where["host"], "gpu": self.where["gpu"]})
+
+    def prefetch(self, items: list) -> int:
+        """Have this GPU's worker draw `items` ((problem, seed) pairs, in their order) on the host's
+        other cores ahead of their evaluations (tools/measuring/draws.py), replacing the list it
+        had; a replay draws nothing. Returns the drawing threads started (0 for a replay)."""
+        from astra_kernels.tools.measuring import draws
+
+        worker = self.workers[0]
+        if not isinstance(worker, EvaluationWorker):
+            return 0
+        with self._using:  # after the evaluation in flight, if any: the child answers at once
+            return worker.call(draws.prefetch, items)
 
     def close(self) -> None:
         for worker in self.workers:

@@ -5,8 +5,9 @@ kernels at once) each call `evaluate` and block until a worker of the kind they 
 and has answered; so work queued for the cluster goes to a GPU as one frees, and a lost
 node's share simply goes to the others. Only measurements of one GPU kind are ever compared: a
 caller holds a `KindView`, whose device is that kind's and whose evaluations go to it alone. A
-worker draws each problem's inputs and reference when it first meets it, so a problem goes back to
-the worker that drew it where that is cheaper than drawing it again (`match`).
+worker draws each problem's inputs and reference (ahead, when a tune hands the pool its problems:
+`prefetch`; else when it first meets it), so a problem goes back to the worker that drew it where
+that is cheaper than drawing it again (`match`).
 
 Faults. A kernel that faults or hangs is the actor's EvaluationWorker's to survive (its child
 dies, the result says crashed or timeout, as it does locally). An actor that dies itself (its
@@ -47,6 +48,10 @@ LOST_RETRIES = 2  # an evaluation whose worker was lost is asked again this many
 # measured apart from the rest. A node needs a CPU per GPU for all its GPUs to get a worker. A
 # replay worker only sleeps: it holds none.
 CPUS_PER_GPU_WORKER = 1
+# What drawing a problem's inputs and float64 reference on one core costs, in bytes kept a second
+# (draws.draw_bytes): silu_and_mul 16384x28672's two draws, 11.3 GB, took 39 s on an H200's host
+# (run G); a waiter for a problem drawn ahead by a busy worker takes another after that long.
+DRAW_BYTES_PER_S = 150e6
 
 
 @dataclass
@@ -62,6 +67,12 @@ class Slot:
     replaces: int | None = None  # the slot whose lost actor this one replaced
     drawn: set[str] = field(default_factory=set)  # the problems (labels) whose draws its worker holds
     problem: str = ""  # the problem it evaluates now
+    ahead: list = field(default_factory=list)  # (problem, seed) pairs its worker was asked to draw ahead
+    ahead_labels: set[str] = field(default_factory=set)  # their problems' labels, not met yet
+
+    def holds(self, problem: str) -> bool:
+        """Whether its worker has drawn `problem`, or is drawing it ahead."""
+        return problem in self.drawn or problem in self.ahead_labels
 
     @property
     def kind(self) -> str:
@@ -104,11 +115,11 @@ def match(idle: list[Slot], waiting: list[Waiter], live: list[Slot], draw_s: dic
     worker could take; a worker nobody may take stays idle."""
     # Counted once: with every shape of seven kernels waiting at once (640 on 2026-11-28), counting
     # per waiter made each matching quadratic in the waiters, and the driver's one core the bound.
-    drawers = Counter(p for s in live for p in s.drawn)
+    drawers = Counter(p for s in live for p in s.drawn | s.ahead_labels)
     wanting = Counter(w.problem for w in waiting) + Counter(s.problem for s in live)
     # drawn on as many live workers as evaluations of it want one now
     held = {w.problem for w in waiting if w.problem and drawers[w.problem] >= wanting[w.problem]}
-    steps = (lambda w, s: bool(w.problem) and w.problem in s.drawn,
+    steps = (lambda w, s: bool(w.problem) and s.holds(w.problem),
              lambda w, s: w.problem not in held,
              lambda w, s: now >= steal_at(w, draw_s))
     chosen: dict[Waiter, Slot] = {}
@@ -264,6 +275,7 @@ class WorkerPool:
             waiter.first = bool(waiter.problem) and waiter.problem not in slot.drawn
             if waiter.problem:
                 slot.drawn.add(waiter.problem)
+                slot.ahead_labels.discard(waiter.problem)
             waiter.slot = slot
         later = [t for t in (steal_at(w, self._draw_s) for w in waiting if w.slot is None) if t > now]
         self._next_match[kind] = min(later, default=float("inf"))
@@ -278,6 +290,49 @@ class WorkerPool:
                 self._idle.setdefault(slot.kind, deque()).append(slot)
             self._changed.add(slot.kind)
             self._lock.notify_all()
+
+    def prefetch(self, kind: str, items: list) -> int:
+        """Spread the draws `items` ((problem, seed) pairs, in the order they will be needed) over
+        `kind`'s live workers, each problem to one worker (the one with the fewest bytes to draw
+        so far), which draws it ahead on its host's other cores; `match` then sends the problem's
+        evaluations to that worker. A problem a worker holds already stays with it. Until its
+        first evaluation says what its draw cost, a waiter for a busy drawer may take another
+        worker once it has waited as long as drawing it is estimated to take (DRAW_BYTES_PER_S).
+        Without this, each worker drew a problem on one core when it first met it, its GPU idle
+        meanwhile: 62% of the evaluations' time on two H200s (docs/scaling.md, run K). Returns the
+        problems handed out; a replay's workers draw nothing, so none."""
+        from astra_kernels.tools.measuring.draws import draw_bytes
+
+        if self._arguments["recordings"]:
+            return 0
+        by_problem: dict[str, list] = {}
+        for problem, seed in items:
+            by_problem.setdefault(problem.label, []).append((problem, seed))
+        with self._lock:
+            live = [s for s in self.slots if s.alive and s.kind == kind]
+            if not live:
+                return 0
+            load = {s.index: sum(draw_bytes(p) for p, _ in s.ahead if p.label in s.ahead_labels) for s in live}
+            handed = 0
+            for label, pairs in by_problem.items():
+                if any(s.holds(label) for s in live):
+                    continue
+                slot = min(live, key=lambda s: (load[s.index], s.index))
+                slot.ahead += pairs
+                slot.ahead_labels.add(label)
+                load[slot.index] += draw_bytes(pairs[0][0]) * len(pairs)
+                self._draw_s.setdefault(label, draw_bytes(pairs[0][0]) * len(pairs) / DRAW_BYTES_PER_S)
+                handed += 1
+            lists = [(s, [(p, seed) for p, seed in s.ahead if p.label in s.ahead_labels]) for s in live]
+            for slot, _ in lists:
+                slot.ahead = [(p, seed) for p, seed in slot.ahead if p.label in slot.ahead_labels]
+        for slot, pending in lists:  # each worker's whole list: a new one replaces the last (draws.prefetch)
+            if pending:
+                try:
+                    slot.handle.prefetch.remote(pending)  # not waited for: drawing ahead only saves time
+                except Exception:
+                    pass
+        return handed
 
     def evaluate(self, kind: str, request: EvaluationRequest, timeout_s: float | None = None) -> EvaluationResult:
         """Run `request` on an idle `kind` worker, waiting for one; always a result, except a
@@ -315,6 +370,7 @@ class WorkerPool:
         with self._lock:
             if result.fatal:  # its child was replaced (a crash, a hung kernel): every draw it held went with it
                 slot.drawn.clear()
+                slot.ahead, slot.ahead_labels = [], set()
             elif first:  # the draw is in the checks' phase of a problem's first evaluation on a worker
                 drawn_s = (result.phase_seconds or {}).get("check", time.perf_counter() - started)
                 self._draw_s[problem] = max(self._draw_s.get(problem, 0.0), drawn_s)
@@ -437,6 +493,10 @@ class KindView(NothingToStart):
             if result.status != "lost":
                 return result
         return self.pool.evaluate(self.kind, request, timeout_s)
+
+    def prefetch(self, items: list) -> int:
+        """The draws `items` made ahead by this kind's workers, each problem by one (WorkerPool.prefetch)."""
+        return self.pool.prefetch(self.kind, items)
 
     def call(self, function: Callable, *args, timeout_s: float | None = None):
         raise WorkerError(f"a cluster's workers run evaluations only, not {getattr(function, '__name__', function)}")

@@ -266,3 +266,67 @@ def test_hundreds_of_waiters_match_once_per_change_not_once_each(monkeypatch):
         for thread in threads:
             thread.join(5)
     assert not any(t.is_alive() for t in threads)
+
+
+class _Remote:
+    """A stand-in actor method: records each .remote(...) call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def remote(self, *args):
+        self.calls.append(args)
+
+
+class _Handle:
+    def __init__(self):
+        self.prefetch = _Remote()
+
+
+def test_a_cluster_draws_each_problem_ahead_on_one_worker_and_sends_its_evaluations_there():
+    """Run K's bound (docs/scaling.md): each worker drew a problem on one core when it first met it.
+    WorkerPool.prefetch hands each problem to one worker (the fewest bytes to draw first), which
+    draws it ahead; match then sends the problem's evaluations to it; a problem a worker already
+    holds stays with it; until its first evaluation, a waiter for a busy drawer may steal after the
+    estimated draw time; a replay's pool hands out nothing."""
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.cluster import pool as pool_module
+    from astra_kernels.tools.measuring.draws import draw_bytes
+
+    a, b = slots(2)
+    a.handle, b.handle = _Handle(), _Handle()
+    a.drawn = {"silu_and_mul 16x4096 bf16"}
+    pool = bare_pool([a, b])
+    pool._arguments = {"recordings": None}
+    folder = suite.load("silu_and_mul")
+    big, small, held = (suite.problem(folder, shape, "bf16") for shape in
+                        ({"T": 4096, "D": 14336}, {"T": 4, "D": 4096}, {"T": 16, "D": 4096}))
+    items = [(big, 1), (big, 2), (small, 1), (small, 2), (held, 1), (held, 2)]
+    assert pool.prefetch(KIND, items) == 2
+    # the big problem to the first worker with nothing to draw, the small one to the other
+    assert big.label in a.ahead_labels and small.label in b.ahead_labels and held.label not in b.ahead_labels
+    assert a.handle.prefetch.calls == [([(big, 1), (big, 2)],)] and b.handle.prefetch.calls == [([(small, 1), (small, 2)],)]
+    assert pool._draw_s[big.label] == 2 * draw_bytes(big) / pool_module.DRAW_BYTES_PER_S
+    # asked again with more: each worker is sent its whole pending list (a new list replaces the last)
+    more = suite.problem(folder, {"T": 8, "D": 4096}, "bf16")
+    pool.prefetch(KIND, [(more, 1)])
+    assert b.handle.prefetch.calls[-1] == ([(small, 1), (small, 2), (more, 1)],)
+    # the small problem's waiter takes its drawer though an older waiter came first
+    chosen = match([a, b], [waiter("other", 0.0), waiter(small.label, 1.0)], [a, b], pool._draw_s, 2.0)
+    assert chosen[next(w for w in chosen if w.problem == small.label)] is b
+    # a waiter for the big problem while its drawer is busy: held until the estimated draw time
+    a.doing, a.problem = "measuring", "x"
+    late = waiter(big.label, 0.0)
+    assert match([b], [late], [a, b], pool._draw_s, 1.0) == {}
+    assert match([b], [late], [a, b], pool._draw_s, pool._draw_s[big.label] + 0.1) == {late: b}
+    replay = bare_pool(slots(1))
+    replay._arguments = {"recordings": ["r.sqlite"]}
+    assert replay.prefetch(KIND, items) == 0
+
+
+def test_the_first_evaluation_on_its_drawer_counts_as_first_and_ends_drawing_ahead():
+    a, b = slots(2)
+    a.ahead_labels = {"p"}
+    pool = bare_pool([a, b])
+    slot, first = pool._acquire(KIND, "w", "p")
+    assert slot is a and first and "p" in a.drawn and "p" not in a.ahead_labels
