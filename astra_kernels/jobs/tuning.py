@@ -435,6 +435,8 @@ def draw_ahead(worker, requests: Iterable) -> None:
     a silu_and_mul sweep's 476 s on an H200 while the GPU idled. A replay draws nothing; a
     cluster's workers share the problems out, each drawn ahead by one (WorkerPool.prefetch)."""
     cluster = getattr(worker, "prefetch", None)  # a cluster's workers of one kind (tools/cluster/pool.py)
+    if cluster is not None and worker.device.get("replay"):  # a replay's workers draw nothing
+        return
     if isinstance(worker, EvaluationWorker) or cluster is not None:
         items = {draws.case_key(*item): item for r in requests for item in request_draws(r)}  # each once, in order
         if items:
