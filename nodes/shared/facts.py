@@ -182,7 +182,9 @@ def describe_gpu(device: dict, copy_bandwidth_gbs: float | None = None, launch_f
     parts = [say(device[key]) for key, say in _GPU_FACTS if device.get(key)]
     parts += [f"measured copy bandwidth {copy_bandwidth_gbs:.0f} GB/s"] if copy_bandwidth_gbs else []
     if launch_floor_us:
-        where = f": {device['launch_floor_from']}" if device.get("launch_floor_from") else ""
+        # recordings up to 2026-11-28 say "an empty kernel measured with these results, DATE"
+        source = (device.get("launch_floor_from") or "").removeprefix("an empty kernel ")
+        where = f": {source}" if source else ""
         parts.append(f"launch floor {launch_floor_us:.2f} us (an empty kernel under CUDA-graph replay{where})")
     return "- GPU: " + "; ".join(parts) if parts else ""
 

@@ -82,6 +82,10 @@ def test_describe_gpu_leaves_out_what_it_is_not_given():
     assert "None" not in partial
     full = describe_gpu({"name": "H", "arch": "sm_90", "max_shared_per_block_optin": 232448}, 3900.4, 2.126)
     assert "sm_90" in full and "227 KiB" in full and "3900 GB/s" in full and "launch floor 2.13 us" in full
+    # a recording's source, as the recordings of 2026-11-28 and before word it, without saying "empty kernel" twice
+    sourced = describe_gpu({"name": "H", "launch_floor_from": "an empty kernel measured with these results, 2026-11-28"},
+                           None, 2.126)
+    assert sourced.endswith("(an empty kernel under CUDA-graph replay: measured with these results, 2026-11-28)")
 
 
 def test_a_replay_s_gpu_has_the_launch_floor_its_recording_keeps_and_says_where_it_was_measured(tmp_path):

@@ -103,7 +103,7 @@ def record_launch_floor(worker, store: ResultsStore) -> float | None:
     if result.status != "ok" or result.timing is None:
         return None
     facts = {"launch_floor_us": result.timing.median_us,
-             "launch_floor_from": f"an empty kernel measured with these results, {date.today().isoformat()}"}
+             "launch_floor_from": f"measured with these results, {date.today().isoformat()}"}
     if worker.device.get("multiprocessors"):
         facts["multiprocessors"] = worker.device["multiprocessors"]
     store.record_device_facts(worker.device["name"], facts)
