@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -315,9 +316,10 @@ def analyse(folder: Path) -> int:
     for every run folder DIR/w* (w1, w2, w4, w4-kill, ...), how busy its workers were, its draws, its
     compiles against its evaluations, and against w1, each evaluation's wall time and phases and
     the dispatch tables."""
-    names = sorted((p.name for p in folder.glob("w*") if p.is_dir() and any(p.glob("**/results.sqlite"))),
-                   key=lambda n: (_workers(n), n))
-    runs = {name: _stored(folder / name) for name in names}
+    names = sorted((p.name for p in folder.glob("w*") if p.is_dir() and re.fullmatch(r"w\d+(-.*)?", p.name)
+                    and any(p.glob("**/results.sqlite"))), key=lambda n: (_workers(n), n))
+    runs = {name: rows for name in names if (rows := _stored(folder / name))}  # a run that stored nothing: left out
+    names = list(runs)
     if not runs:
         console.print(f"error: no results stores under {folder}/wN (an earlier run's --out: w1, w2, w4-kill ...)",
                       highlight=False)

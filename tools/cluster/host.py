@@ -41,6 +41,7 @@ class EvaluationHost:
         # One request at a time through a worker's pipe: the actor runs two calls at once (an
         # evaluation and a prefetch), and their messages must not interleave.
         self._using = threading.Lock()
+        self._prefetched = 0  # the number of the last list of draws ahead taken (prefetch)
 
     def describe(self) -> dict:
         """The GPU (name, arch, multiprocessors, ...) and where it is (host, gpu, pid)."""
@@ -60,16 +61,21 @@ class EvaluationHost:
                                                    "replay answers only what a GPU run recorded"})
         return result.model_copy(update={"host": self.where["host"], "gpu": self.where["gpu"]})
 
-    def prefetch(self, items: list) -> int:
+    def prefetch(self, items: list, number: int = 0) -> int:
         """Have this GPU's worker draw `items` ((problem, seed) pairs, in their order) on the host's
         other cores ahead of their evaluations (tools/measuring/draws.py), replacing the list it
-        had; a replay draws nothing. Returns the drawing threads started (0 for a replay)."""
+        had; a list numbered below the last taken is dropped (the actor runs two calls at once, so
+        two lists can arrive out of order); a replay draws nothing. Returns the drawing threads
+        started (0 for a replay or a list dropped)."""
         from astra_kernels.tools.measuring import draws
 
         worker = self.workers[0]
         if not isinstance(worker, EvaluationWorker):
             return 0
         with self._using:  # after the evaluation in flight, if any: the child answers at once
+            if number < self._prefetched:
+                return 0
+            self._prefetched = number
             return worker.call(draws.prefetch, items)
 
     def close(self) -> None:

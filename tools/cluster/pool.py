@@ -51,7 +51,7 @@ CPUS_PER_GPU_WORKER = 1
 # What drawing a problem's inputs and float64 reference on one core costs, in bytes kept a second
 # (draws.draw_bytes): silu_and_mul 16384x28672's two draws, 11.3 GB, took 39 s on an H200's host
 # (run G); a waiter for a problem drawn ahead by a busy worker takes another after that long.
-DRAW_BYTES_PER_S = 150e6
+DRAW_BYTES_PER_S = 290e6
 
 
 @dataclass
@@ -69,6 +69,7 @@ class Slot:
     problem: str = ""  # the problem it evaluates now
     ahead: list = field(default_factory=list)  # (problem, seed) pairs its worker was asked to draw ahead
     ahead_labels: set[str] = field(default_factory=set)  # their problems' labels, not met yet
+    ahead_sent: int = 0  # the lists of draws ahead sent to its worker, numbered
 
     def holds(self, problem: str) -> bool:
         """Whether its worker has drawn `problem`, or is drawing it ahead."""
@@ -249,8 +250,9 @@ class WorkerPool:
                     self._lock.wait(max(0.01, min(1.0, self._next_match.get(kind, float("inf")) - now)))
             except BaseException:
                 if me.slot is not None:  # handed a worker as it gave up (Ctrl-C): the worker goes back
-                    self._idle[kind].append(me.slot)
                     me.slot.doing = me.slot.problem = ""
+                    if me.slot.alive:
+                        self._idle.setdefault(kind, deque()).append(me.slot)
                 raise
             finally:
                 self._waiting.remove(me)
@@ -297,7 +299,8 @@ class WorkerPool:
         so far), which draws it ahead on its host's other cores; `match` then sends the problem's
         evaluations to that worker. A problem a worker holds already stays with it. Until its
         first evaluation says what its draw cost, a waiter for a busy drawer may take another
-        worker once it has waited as long as drawing it is estimated to take (DRAW_BYTES_PER_S).
+        worker once it has waited as long as drawing it is estimated to take (DRAW_BYTES_PER_S;
+        the longer of the two afterwards: a draw made ahead leaves the first evaluation's checks short).
         Without this, each worker drew a problem on one core when it first met it, its GPU idle
         meanwhile: 62% of the evaluations' time on two H200s (docs/scaling.md, run K). Returns the
         problems handed out; a replay's workers draw nothing, so none."""
@@ -313,23 +316,24 @@ class WorkerPool:
             if not live:
                 return 0
             load = {s.index: sum(draw_bytes(p) for p, _ in s.ahead if p.label in s.ahead_labels) for s in live}
-            handed = 0
+            handed, new_labels = 0, set()
             for label, pairs in by_problem.items():
                 if any(s.holds(label) for s in live):
                     continue
+                new_labels.add(label)
                 slot = min(live, key=lambda s: (load[s.index], s.index))
                 slot.ahead += pairs
                 slot.ahead_labels.add(label)
                 load[slot.index] += draw_bytes(pairs[0][0]) * len(pairs)
                 self._draw_s.setdefault(label, draw_bytes(pairs[0][0]) * len(pairs) / DRAW_BYTES_PER_S)
                 handed += 1
-            lists = [(s, [(p, seed) for p, seed in s.ahead if p.label in s.ahead_labels]) for s in live]
-            for slot, _ in lists:
+            for slot in live:
+                if not any(p.label in new_labels for p, _ in slot.ahead):
+                    continue  # nothing new for it: its list stands (a new one would restart its drawing)
                 slot.ahead = [(p, seed) for p, seed in slot.ahead if p.label in slot.ahead_labels]
-        for slot, pending in lists:  # each worker's whole list: a new one replaces the last (draws.prefetch)
-            if pending:
-                try:
-                    slot.handle.prefetch.remote(pending)  # not waited for: drawing ahead only saves time
+                slot.ahead_sent += 1
+                try:  # its whole list, numbered: a list that arrives after a later one is dropped (host.py)
+                    slot.handle.prefetch.remote(slot.ahead, slot.ahead_sent)  # not waited for: drawing ahead only saves time
                 except Exception:
                     pass
         return handed
@@ -381,6 +385,7 @@ class WorkerPool:
         """Mark `slot` dead, kill what is left of its actor, and start its replacement."""
         with self._lock:
             slot.alive, slot.doing, slot.problem = False, "", ""
+            self._changed.add(slot.kind)  # what it held or drew ahead is now nobody's
             self.lost.append(f"{slot.where} ({why})")
             self._starting += 1
             self._lock.notify_all()

@@ -151,14 +151,18 @@ def _trim() -> None:
 def prefetch(device, items: list[tuple[Problem, int]], threads: int | None = None) -> int:
     """Draw `items` (problem, seed), in their order, on background threads of this worker, as far
     ahead of their use as the memory allows (see the module docstring); the list replaces any
-    earlier one. Returns at once with the number of threads; `device` is unused (the worker's
+    earlier one, whose draws in flight or still listed stay counted against the memory. Returns at once with the number of threads; `device` is unused (the worker's
     call() passes it). The threads are daemons: they end with the worker, whatever they hold."""
     global _generation
     threads = threads or max(1, min(MAX_DRAWING_THREADS, (os.cpu_count() or 2) // (2 * host_gpus())))
+    listed = {case_key(problem, seed) for problem, seed in items}
     with _LOCK:
         _generation += 1
         generation = _generation
-        _AHEAD.clear()
+        # a draw ahead the new list still holds, or one being drawn, stays counted (and kept from
+        # _trim): a cluster's tunes send a worker several lists within seconds (docs/scaling.md)
+        for key in [k for k in _AHEAD if k not in listed and k not in _DRAWING]:
+            del _AHEAD[key]
         _LOCK.notify_all()
     queue = list(items)
     taken = threading.Lock()

@@ -10,9 +10,11 @@ error naming the line.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
 import re
+from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,7 +182,11 @@ class Template:
         """
         self._check_names([config])
         screened = self._screen(config, env)
-        return screened if isinstance(screened, Exclusion) else self._concrete(config, *screened)
+        return self._excluded(config, screened) if isinstance(screened, int) else self._concrete(config, *screened)
+
+    def _excluded(self, config: Mapping[str, int], failed: int) -> Exclusion:
+        constraint = self.constraints[failed]
+        return Exclusion(dict(config), constraint.reason or constraint.expression.text, constraint.line)
 
     def _check_names(self, configs: list[Mapping[str, int]]) -> None:
         """Each configuration sets every parameter and nothing else (TemplateError naming it)."""
@@ -195,17 +201,17 @@ class Template:
                 )
 
     def _screen(self, config: Mapping[str, int], env: Mapping[str, int | float]
-                ) -> Exclusion | tuple[dict[str, int | float], dict[str, int]]:
-        """The derived values and the constraints: the first constraint that fails, else the scope
-        and the derived values."""
+                ) -> int | tuple[dict[str, int | float], dict[str, int]]:
+        """The derived values and the constraints: the index of the first constraint that fails,
+        else the scope and the derived values."""
         scope: dict[str, int | float] = {**env, **config}
         derived: dict[str, int] = {}
         for item in self.derived:
             value = self._eval(item.expression, scope, item.line)
             scope[item.name] = derived[item.name] = value
-        for constraint in self.constraints:
+        for index, constraint in enumerate(self.constraints):
             if not self._eval(constraint.expression, scope, constraint.line):
-                return Exclusion(dict(config), constraint.reason or constraint.expression.text, constraint.line)
+                return index
         return scope, derived
 
     def _concrete(self, config: Mapping[str, int], scope: dict[str, int | float], derived: dict[str, int]
@@ -239,19 +245,22 @@ class Template:
         whole space at every shape of a sweep was the driver's bound: 55,296 rmsnorm configurations
         at each of its 74 shapes, 3.8 million instantiations a kernel (docs/scaling.md, run J)."""
         configs = list(configs)
-        key = (tuple(env.get(n) for n in self.screened_names()),
-               tuple(tuple(c.items()) for c in configs))
+        # the configurations by a digest, not kept whole (rmsnorm's space is 35 MB as tuples); each
+        # verdict the index of the constraint that excludes it, -1 where none does
+        digest = hashlib.blake2b(repr([tuple(c.items()) for c in configs]).encode(), digest_size=16).digest()
+        key = (tuple(env.get(n) for n in self.screened_names()), digest)
         verdicts = self._verdicts.get(key)
         if verdicts is None:
             self._check_names(configs)
             screened = [self._screen(config, env) for config in configs]
-            verdicts = [s if isinstance(s, Exclusion) else None for s in screened]
+            verdicts = array("i", (v if isinstance(v, int) else -1 for v in screened))
             while len(self._verdicts) >= VERDICTS_KEPT:  # the oldest environment's go first
-                self._verdicts.pop(next(iter(self._verdicts)))
+                self._verdicts.pop(next(iter(self._verdicts), None), None)  # another thread's pop is no error
             self._verdicts[key] = verdicts
-            return [s if isinstance(s, Exclusion) else self._concrete(config, *s) for config, s in zip(configs, screened)]
-        return [verdict if verdict is not None else self.instantiate(config, env)
-                for config, verdict in zip(configs, verdicts)]
+            return [self._excluded(config, v) if isinstance(v, int) else self._concrete(config, *v)
+                    for config, v in zip(configs, screened)]
+        return [self._excluded(config, failed) if failed >= 0 else self.instantiate(config, env)
+                for config, failed in zip(configs, verdicts)]
 
     def _eval(self, expression: Expression, scope, line: int, cast=None):
         try:

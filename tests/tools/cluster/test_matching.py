@@ -305,12 +305,15 @@ def test_a_cluster_draws_each_problem_ahead_on_one_worker_and_sends_its_evaluati
     assert pool.prefetch(KIND, items) == 2
     # the big problem to the first worker with nothing to draw, the small one to the other
     assert big.label in a.ahead_labels and small.label in b.ahead_labels and held.label not in b.ahead_labels
-    assert a.handle.prefetch.calls == [([(big, 1), (big, 2)],)] and b.handle.prefetch.calls == [([(small, 1), (small, 2)],)]
+    assert a.handle.prefetch.calls == [([(big, 1), (big, 2)], 1)]
+    assert b.handle.prefetch.calls == [([(small, 1), (small, 2)], 1)]
     assert pool._draw_s[big.label] == 2 * draw_bytes(big) / pool_module.DRAW_BYTES_PER_S
-    # asked again with more: each worker is sent its whole pending list (a new list replaces the last)
+    # asked again with more: the worker given it is sent its whole pending list, numbered (a new list
+    # replaces the last, and one arriving late is dropped); the other's list stands, not resent
     more = suite.problem(folder, {"T": 8, "D": 4096}, "bf16")
-    pool.prefetch(KIND, [(more, 1)])
-    assert b.handle.prefetch.calls[-1] == ([(small, 1), (small, 2), (more, 1)],)
+    pool.prefetch(KIND, [(more, 1), (small, 1)])
+    assert b.handle.prefetch.calls[-1] == ([(small, 1), (small, 2), (more, 1)], 2)
+    assert len(a.handle.prefetch.calls) == 1
     # the small problem's waiter takes its drawer though an older waiter came first
     chosen = match([a, b], [waiter("other", 0.0), waiter(small.label, 1.0)], [a, b], pool._draw_s, 2.0)
     assert chosen[next(w for w in chosen if w.problem == small.label)] is b
@@ -322,6 +325,27 @@ def test_a_cluster_draws_each_problem_ahead_on_one_worker_and_sends_its_evaluati
     replay = bare_pool(slots(1))
     replay._arguments = {"recordings": ["r.sqlite"]}
     assert replay.prefetch(KIND, items) == 0
+
+
+def test_a_host_drops_a_list_of_draws_that_arrives_after_a_later_one(monkeypatch):
+    from astra_kernels.tools.cluster import host as host_module
+    from astra_kernels.tools.measuring import draws
+
+    class Worker:
+        calls = []
+
+        def call(self, function, items):
+            assert function is draws.prefetch
+            self.calls.append(items)
+            return 1
+
+    monkeypatch.setattr(host_module, "EvaluationWorker", Worker)
+    import threading
+
+    actor = object.__new__(host_module.EvaluationHost)
+    actor.workers, actor._using, actor._prefetched = [Worker()], threading.Lock(), 0
+    assert actor.prefetch(["second"], 2) == 1 and actor.prefetch(["first"], 1) == 0
+    assert Worker.calls == [["second"]]
 
 
 def test_the_first_evaluation_on_its_drawer_counts_as_first_and_ends_drawing_ahead():
