@@ -407,5 +407,18 @@ def save(args, figures: dict, final: bool = False) -> None:
         console.print(f"wrote {args.json}", highlight=False)
 
 
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a `timeout` around the run) raised as Ctrl-C is, so that the run's `finally` stops
+    the `astra tune` it started (its own session, which no signal to this process reaches): the
+    default SIGTERM ended this script on the spot and left the tune writing its stores."""
+    raise KeyboardInterrupt(signum)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stop:
+        print(f"stopped by signal {stop.args[0] if stop.args else signal.SIGINT}; the runs it started were stopped too",
+              file=sys.stderr)
+        sys.exit(128 + int(stop.args[0] if stop.args else signal.SIGINT))

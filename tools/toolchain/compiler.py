@@ -11,11 +11,12 @@ import concurrent.futures as futures
 import contextlib
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
-from astra_kernels.tools.errors import CompileError
+from astra_kernels.tools.errors import CompileError, ToolchainError
 
 from .compile_cache import CompileCache, default_cache
 from .compiler_process import compile_in_child
@@ -112,31 +113,65 @@ def compile_many(
             if (hit := _compile_one(i, s, o, cache_dir, cache_only=True)) is not None:
                 outcomes[i] = hit
     misses = [i for i in range(len(resolved)) if i not in outcomes]
+    claims: dict[int, tuple[tuple, futures.Future]] = {}
 
     def finished(index: int, outcome: CompileOutcome) -> None:
         outcomes[index] = outcome
+        if (claim := claims.pop(index, None)) is not None:  # in the cache by now: a later call reads it there
+            _settle(*claim, outcome)
         if progress is not None:
             progress(len(outcomes), len(resolved))
 
     if progress is not None and outcomes:
         progress(len(outcomes), len(resolved))
+    # Another thread's compile_many may be compiling the same binary now: a tune's shapes build their
+    # spaces side by side, and every shape of one width asks for the same binaries (240 topk_softmax
+    # shapes on 2026-11-28's four H200s: the cluster's 64 cores compiled for two minutes, the GPUs
+    # idle, while the cache kept 1,043 s of topk_softmax's NVRTC). The first call to ask compiles
+    # each binary; the others wait for its outcome.
+    own, waits = _claim({i: (key_and_flags(*resolved[i], "kernel.cu")[0], timeout_s, cache_dir) for i in misses},
+                        claims)
+    try:
+        _compile_misses(own, resolved, store, cache_dir, workers, timeout_s, finished)
+        again = []
+        for i, answer in waits.items():
+            try:
+                outcome = answer.result()
+            except BaseException as exc:  # that call was stopped or failed: compiled here instead
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                again.append(i)
+            else:
+                finished(i, outcome.model_copy(update={"index": i}))
+        _compile_misses(again, resolved, store, cache_dir, workers, timeout_s, finished)
+    finally:
+        for claim in claims.values():  # stopped before its outcome: a waiting call compiles it itself
+            _settle(*claim, None)
+    return [outcomes[i] for i in range(len(resolved))]
+
+
+def _compile_misses(misses: list[int], resolved, store, cache_dir, workers, timeout_s,
+                    finished: Callable[[int, CompileOutcome], None]) -> None:
+    """Compile `misses` (indices into `resolved`) on a cluster's CPUs, this process or a pool of this
+    host's processes, each module in the cache before `finished(index, outcome)` hears of it."""
+    if not misses:
+        return
     workers = max(1, min(workers or os.cpu_count() or 1, len(misses)))
-    if _EXECUTOR is not None and misses:
+    if _EXECUTOR is not None:
         # A cluster's CPUs (tools/cluster/compiling.py): each compile a task on any node's cores,
         # its outcome sent back here, and each module kept in this host's cache (compile errors are
         # not: they are compiled again next time).
         jobs = {_EXECUTOR.submit(_compile_one, i, *resolved[i], None, timeout_s=timeout_s): i for i in misses}
         try:
             for job in futures.as_completed(jobs):
-                finished(jobs[job], job.result())
+                outcome = job.result()
+                if store is not None and outcome.module is not None:
+                    to_cache(store, key_and_flags(*resolved[jobs[job]], "kernel.cu")[0], outcome.module)
+                finished(jobs[job], outcome)
         except BaseException:
             for job in jobs:
                 job.cancel()
             raise
-        if store is not None:
-            for i in misses:
-                if outcomes[i].module is not None:
-                    to_cache(store, key_and_flags(*resolved[i], "kernel.cu")[0], outcomes[i].module)
     elif workers == 1 or len(misses) <= 2:
         for i in misses:
             finished(i, _compile_one(i, *resolved[i], cache_dir, timeout_s=timeout_s))
@@ -170,7 +205,42 @@ def compile_many(
             raise
         finally:
             _LIVE_POOLS.pop(pool, None)
-    return [outcomes[i] for i in range(len(resolved))]
+
+
+# The binaries some compile_many in this process is compiling now, by cache key, deadline and cache:
+# the outcome's future, which the claiming call settles once the module is in the cache (or with
+# None, stopped first). One binary asked for by several threads at once is compiled once.
+_COMPILING: dict[tuple, futures.Future] = {}
+_COMPILING_LOCK = threading.Lock()
+
+
+def _claim(keys: dict[int, tuple], claims: dict[int, tuple[tuple, futures.Future]]
+           ) -> tuple[list[int], dict[int, futures.Future]]:
+    """Split `keys` (index -> binary) into the indices this call compiles, whose futures go into
+    `claims`, and those it waits for: another call's, or an earlier index of its own, same binary."""
+    own: list[int] = []
+    waits: dict[int, futures.Future] = {}
+    with _COMPILING_LOCK:
+        for i, key in keys.items():
+            if (answer := _COMPILING.get(key)) is not None:
+                waits[i] = answer
+            else:
+                answer = _COMPILING[key] = futures.Future()
+                claims[i] = (key, answer)
+                own.append(i)
+    return own, waits
+
+
+def _settle(key: tuple, claim: futures.Future, outcome: CompileOutcome | None) -> None:
+    """Release a claimed binary: later calls read the cache; those waiting take `outcome` (None: they
+    compile it themselves)."""
+    with _COMPILING_LOCK:
+        if _COMPILING.get(key) is claim:
+            del _COMPILING[key]
+    if outcome is None:
+        claim.set_exception(ToolchainError("the compile was stopped before it finished"))
+    else:
+        claim.set_result(outcome)
 
 
 # Where compile_many sends the compiles the cache cannot answer, instead of a pool of this host's

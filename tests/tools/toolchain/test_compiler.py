@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import concurrent.futures as futures
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
+from astra_kernels.tools.toolchain import compiler
 from astra_kernels.tools.toolchain.compiler import compile_many, compile_source
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
-from astra_kernels.tools.errors import CompileError, KernelNotFoundError, UnknownArchError
+from astra_kernels.tools.errors import CompileError, KernelNotFoundError, ToolchainError, UnknownArchError
 
 SCALE = (Path(__file__).parents[2] / "support" / "cuda" / "scale_bf16.cu").read_text()
 DEFINES = {"SCALE_THREADS": 256, "SCALE_BIAS": "0.5f"}
@@ -173,3 +176,99 @@ def test_the_compiler_process_ignores_a_partial_package_in_the_working_directory
     finally:
         child.close()
     assert "scale_bf16" in module.kernels
+
+
+class _GatedExecutor(futures.Executor):
+    """A cluster's compile executor in threads: counts what it is sent, holds every compile until
+    `callers` compile_many calls have claimed their binaries, and fails the first `fail` compiles
+    as a lost task would."""
+
+    def __init__(self, callers: int, fail: int = 0):
+        self._threads = futures.ThreadPoolExecutor(4)
+        self.sent: list[dict] = []
+        self.claimed = threading.Semaphore(0)
+        self._callers, self._fail, self._lock = callers, fail, threading.Lock()
+        self._open = threading.Event()
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._lock:
+            self.sent.append(args[2].defines)
+            fail, self._fail = self._fail > 0, max(0, self._fail - 1)
+
+        def run():
+            self.wait_for_callers()
+            if fail:
+                raise ToolchainError("a compile task was lost on the cluster")
+            return fn(*args, **kwargs)
+        return self._threads.submit(run)
+
+    def wait_for_callers(self) -> None:
+        with self._lock:
+            if not self._open.is_set():
+                for _ in range(self._callers):
+                    assert self.claimed.acquire(timeout=60), "the callers never claimed"
+                self._open.set()
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        self._threads.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def _counting_claims(monkeypatch, executor: _GatedExecutor) -> None:
+    real = compiler._claim
+
+    def claim(*args):
+        answer = real(*args)
+        executor.claimed.release()
+        return answer
+    monkeypatch.setattr(compiler, "_claim", claim)
+
+
+def _in_threads(calls):
+    results: dict[int, object] = {}
+
+    def run(n, call):
+        try:
+            results[n] = call()
+        except Exception as exc:
+            results[n] = exc
+    threads = [threading.Thread(target=run, args=(n, c)) for n, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return [results[n] for n in range(len(calls))]
+
+
+def test_a_binary_asked_for_by_several_calls_at_once_is_compiled_once(tmp_path, monkeypatch):
+    """A tune's shapes of one width build their spaces side by side and ask for the same binaries:
+    each is compiled once, by the first call to ask; the others take its outcome at their own index."""
+    variants = [(SCALE, CompileOptions(arch="sm_90", defines={"SCALE_THREADS": t, "SCALE_BIAS": "1.0f"}))
+                for t in (64, 128, 256)]
+    executor = _GatedExecutor(callers=3)
+    _counting_claims(monkeypatch, executor)
+    cache = CompileCache(tmp_path / "cache")
+    with compiler.compiling_with(executor):
+        answers = _in_threads([lambda: compile_many(variants, cache=cache),
+                               lambda: compile_many(variants[::-1], cache=cache),
+                               lambda: compile_many(variants[1:], cache=cache)])
+    assert sorted(d["SCALE_THREADS"] for d in executor.sent) == [64, 128, 256]
+    first, backwards, tail = answers
+    assert [o.index for o in backwards] == [0, 1, 2] and [o.index for o in tail] == [0, 1]
+    assert [o.module.cubin for o in backwards[::-1]] == [o.module.cubin for o in first]
+    assert [o.module.cubin for o in tail] == [o.module.cubin for o in first[1:]]
+    assert not compiler._COMPILING
+    assert all(o.module.cached for o in compile_many(variants, cache=cache))  # each kept once, in the cache
+
+
+def test_a_call_waiting_on_a_stopped_compile_compiles_it_itself(tmp_path, monkeypatch):
+    """The call that claimed a binary fails (its task lost): it raises, and the call waiting on that
+    binary compiles it instead of failing with it or waiting for ever."""
+    variant = [(SCALE, CompileOptions(arch="sm_90", defines=DEFINES))]
+    executor = _GatedExecutor(callers=2, fail=1)
+    _counting_claims(monkeypatch, executor)
+    with compiler.compiling_with(executor):
+        answers = _in_threads([lambda: compile_many(variant, cache=False), lambda: compile_many(variant, cache=False)])
+    lost = [a for a in answers if isinstance(a, ToolchainError)]
+    compiled = [a for a in answers if isinstance(a, list)]
+    assert len(lost) == 1 and len(compiled) == 1 and compiled[0][0].module is not None
+    assert len(executor.sent) == 2 and not compiler._COMPILING
