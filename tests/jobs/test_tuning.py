@@ -236,6 +236,22 @@ def test_tune_measures_the_start_tables_pick_first_and_keeps_it_where_nothing_be
     assert report.dispatch.entries[0].config == {**best, "FLAT": 0, "STREAM": 0}
 
 
+def test_a_sample_of_the_space_still_measures_the_start_tables_pick_first(tmp_path):
+    """`--sample N --start shipped`: the table's pick is measured first though the seeded sample does
+    not hold it (before, it was dropped as "not among the candidates here", so a re-tune on a sample
+    could ship a slower table than the one it started from)."""
+    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    assert best not in FOLDER.template.sample_configs(4, 0)
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = tuning.tune(FOLDER, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
+                             dtype="bf16", sample=4, seed=0, strategy="random", budget=Budget(evaluations=2),
+                             start=_old_table([({"T": 16, "D": 4096}, best, "template")]))
+    shape = report.shapes[0]
+    assert shape.space_total > 4 and shape.search.rounds[0].action == "start"  # the sample, the pick, the seeds
+    assert shape.search.trials[0].config == best and report.dispatch.entries[0].config == best
+    assert tuning.with_starts([best], [best, {**best, "VEC": 4}, {**best, "VEC": 4}]) == [best, {**best, "VEC": 4}]
+
+
 def test_the_report_names_the_start_round():
     from astra_kernels.tools.search.runner import RoundSummary, SearchOutcome
 
