@@ -181,6 +181,42 @@ def compare(one: dict, other: dict) -> dict:
     return {"shapes": len(one), "within_spread": within, "same_config": same, "rows": rows}
 
 
+def against_shipped(out: Path) -> dict[str, dict[str, int]]:
+    """kernel -> how the run's table compares with the table shipped for the run's GPU, both as this
+    run measured them: at each shape where the run measured the shipped table's pick (`--start
+    shipped` measures it first), whether the run's pick is faster, within spread (their two spreads,
+    at least 2%: one run, so no allowance between runs) or slower; "unmeasured" where it did not."""
+    from astra_kernels.jobs.benchmark import shipped_table
+    from astra_kernels.jobs.tuning import start_configs
+    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
+
+    reports = reports_of(out)
+    best = best_by_shape(reports, out)
+    counts: dict[str, dict[str, int]] = {}
+    for report in reports:
+        kernel = report["kernel"]
+        table = shipped_table(kernel, report["device"], report.get("l2") or "cold")
+        if table is None:
+            continue
+        folder = suite.load(kernel)
+        with ResultsStore((out / kernel if len(reports) > 1 else out) / "results.sqlite", read_only=True) as store:
+            timed = {(json.dumps(r["shape"], sort_keys=True), json.dumps(r["config"], sort_keys=True)): r
+                     for r in store.rows(kernel=kernel, status="ok") if r["which"] == "template"}
+        tally = counts.setdefault(kernel, {"faster": 0, "within": 0, "slower": 0, "unmeasured": 0})
+        for shape in report["shapes"]:
+            mine = best.get(f"{kernel} {shape['label']}")
+            pick = start_configs(table, folder, shape["shape"], sms=DEFAULT_SMS, arch=report["arch"])
+            theirs = pick and timed.get((json.dumps(shape["shape"], sort_keys=True), json.dumps(pick[0], sort_keys=True)))
+            if mine is None or not theirs:
+                tally["unmeasured"] += 1
+                continue
+            ratio = theirs["median_us"] / mine["median_us"]
+            allowed = max(BETWEEN_RUNS, (theirs["spread"] or 0) + (mine["spread"] or 0))
+            tally["faster" if ratio > 1 + allowed else "slower" if ratio < 1 - allowed else "within"] += 1
+    return counts
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", default="silu_and_mul,rmsnorm,fused_add_rmsnorm,merge_attn_states")
@@ -355,6 +391,13 @@ def analyse(folder: Path) -> int:
                           f"the evaluations' wall seconds), the last {last:.1f} s after the first evaluation; compiles "
                           "per 10 s: " + ", ".join(f"{per.get(i, 0)}" for i in range(min(per), max(per) + 1)),
                           highlight=False)
+    for name in names:
+        for kernel, tally in against_shipped(folder / name).items():
+            if tally["unmeasured"] < sum(tally.values()):
+                console.print(f"{name}'s {kernel} table against the one shipped, as {name} measured both: where it "
+                              f"measured the shipped pick, its own pick faster at {tally['faster']} shapes, within "
+                              f"spread at {tally['within']}, slower at {tally['slower']} (not measured at "
+                              f"{tally['unmeasured']})", highlight=False)
     if "w1" not in runs:  # a run alone (a whole suite cut short): nothing to compare with
         return 0
     one = runs["w1"]

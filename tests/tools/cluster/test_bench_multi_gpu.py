@@ -49,3 +49,38 @@ def test_the_analysis_counts_the_draws_and_compares_every_run(run_h, capsys):
     assert "with every problem kept: 61" in printed
     assert "w2's tables against w1's: 57 of 57 shapes within spread, 49 the same pick" in printed
     assert "w2-kill's tables against w1's: 57 of 57 shapes within spread, 48 the same pick" in printed
+
+
+def test_a_runs_table_is_compared_with_the_shipped_one_as_the_run_measured_both(run_h, monkeypatch):
+    """against_shipped reads the shipped table's pick at each shape from the run's own store: with
+    the run's own table as the one shipped, every pick is within spread; with each shape's slowest
+    measured configuration as the one shipped, the run's pick is faster; a table the run never
+    measured is unmeasured, not a tie."""
+    from astra_kernels.jobs import benchmark
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+    from astra_kernels.tools.measuring.results import ResultsStore
+
+    bench = load_bench()
+    w1 = run_h / "w1"
+    reports = {r["kernel"]: r for r in bench.reports_of(w1)}
+    shipped = {k: DispatchTable.model_validate(r["dispatch"]) for k, r in reports.items()}
+    monkeypatch.setattr(benchmark, "shipped_table", lambda kernel, device, l2="cold": shipped.get(kernel))
+    own = bench.against_shipped(w1)
+    assert own["silu_and_mul"] == {"faster": 0, "within": 15, "slower": 0, "unmeasured": 0}
+    assert own["merge_attn_states"] == {"faster": 0, "within": 8, "slower": 0, "unmeasured": 0}
+
+    with ResultsStore(w1 / "silu_and_mul" / "results.sqlite", read_only=True) as store:
+        rows = [r for r in store.rows(kernel="silu_and_mul", status="ok") if r["which"] == "template"]
+    slowest = {}
+    for r in rows:
+        key = tuple(sorted(r["shape"].items()))
+        if key not in slowest or r["median_us"] > slowest[key]["median_us"]:
+            slowest[key] = r
+    shipped["silu_and_mul"] = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", entries=[
+        DispatchEntry(shape=r["shape"], config=r["config"], source="template") for r in slowest.values()])
+    shipped["merge_attn_states"] = DispatchTable(kernel="merge_attn_states", dtype="bf16", variant="default", entries=[
+        DispatchEntry(shape=e.shape, config={**e.config, "THREADS": 7}, source="template")
+        for e in shipped["merge_attn_states"].entries if e.config])
+    worse = bench.against_shipped(w1)
+    assert worse["silu_and_mul"]["faster"] == 15 and worse["silu_and_mul"]["slower"] == 0
+    assert worse["merge_attn_states"]["unmeasured"] == 8
