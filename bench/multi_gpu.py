@@ -114,7 +114,11 @@ def tune(args, workers: int, out: Path, kill_after: float | None = None) -> dict
         finally:
             if process.poll() is None:  # interrupted here: nothing this script started outlives it
                 os.killpg(process.pid, signal.SIGTERM)
-                process.wait()
+                try:
+                    process.wait(timeout=60)  # the tune's own clean-up: its workers, the cluster
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
         seconds = time.perf_counter() - start
         if killer:
             killer.join()
@@ -186,7 +190,7 @@ def against_shipped(out: Path) -> dict[str, dict[str, int]]:
     run measured them: at each shape where the run measured the shipped table's pick (`--start
     shipped` measures it first), whether the run's pick is faster, within spread (their two spreads,
     at least 2%: one run, so no allowance between runs) or slower; "unmeasured" where it did not."""
-    from astra_kernels.jobs.benchmark import shipped_table
+    from astra_kernels.jobs.benchmark import shipped_table_for
     from astra_kernels.jobs.tuning import start_configs
     from astra_kernels.kernels_sglang import suite
     from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
@@ -196,7 +200,9 @@ def against_shipped(out: Path) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     for report in reports:
         kernel = report["kernel"]
-        table = shipped_table(kernel, report["device"], report.get("l2") or "cold")
+        # the table `--start shipped` starts from; picked for 132 SMs (an H100's or H200's, the kinds
+        # tables are shipped for), as the report keeps no SM count
+        table = shipped_table_for(kernel, report["device"], report["dtype"], report["variant"], report.get("l2") or "cold")
         if table is None:
             continue
         folder = suite.load(kernel)

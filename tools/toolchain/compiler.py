@@ -117,8 +117,9 @@ def compile_many(
 
     def finished(index: int, outcome: CompileOutcome) -> None:
         outcomes[index] = outcome
-        if (claim := claims.pop(index, None)) is not None:  # in the cache by now: a later call reads it there
+        if (claim := claims.get(index)) is not None:  # in the cache by now: a later call reads it there
             _settle(*claim, outcome)
+            del claims[index]
         if progress is not None:
             progress(len(outcomes), len(resolved))
 
@@ -128,25 +129,38 @@ def compile_many(
     # spaces side by side, and every shape of one width asks for the same binaries (240 topk_softmax
     # shapes on 2026-11-28's four H200s: the cluster's 64 cores compiled for two minutes, the GPUs
     # idle, while the cache kept 1,043 s of topk_softmax's NVRTC). The first call to ask compiles
-    # each binary; the others wait for its outcome.
-    own, waits = _claim({i: (key_and_flags(*resolved[i], "kernel.cu")[0], timeout_s, cache_dir) for i in misses},
-                        claims)
+    # each binary; the others wait for its outcome, and where that call failed, claim it again.
+    keys = {i: (key_and_flags(*resolved[i], "kernel.cu")[0], timeout_s, cache_dir) for i in misses}
+    stopped: BaseException | None = None
     try:
-        _compile_misses(own, resolved, store, cache_dir, workers, timeout_s, finished)
-        again = []
-        for i, answer in waits.items():
-            try:
-                outcome = answer.result()
-            except BaseException as exc:  # that call was stopped or failed: compiled here instead
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                again.append(i)
-            else:
-                finished(i, outcome.model_copy(update={"index": i}))
-        _compile_misses(again, resolved, store, cache_dir, workers, timeout_s, finished)
+        pending = misses
+        while pending:
+            own, waits = _claim({i: keys[i] for i in pending}, claims)
+            if store is not None:  # finished by another call since this one read the cache
+                for i in own:
+                    if (hit := _compile_one(i, *resolved[i], cache_dir, cache_only=True)) is not None:
+                        finished(i, hit)
+            _compile_misses([i for i in own if i not in outcomes], resolved, store, cache_dir, workers, timeout_s,
+                            finished)
+            pending = []
+            for i, answer in waits.items():
+                try:
+                    outcome = answer.result()
+                except _Stopped:
+                    raise KeyboardInterrupt from None  # that call was interrupted, and with it the command
+                except Exception:  # that call failed (its task lost, say): claimed again, by one call
+                    pending.append(i)
+                else:
+                    finished(i, outcome.model_copy(update={"index": i}))
+    except BaseException as exc:
+        stopped = exc
+        raise
     finally:
-        for claim in claims.values():  # stopped before its outcome: a waiting call compiles it itself
-            _settle(*claim, None)
+        # stopped before their outcome: an interrupt stops the calls waiting too (stop_compiles has
+        # already killed the pools it could see); any other failure lets them claim the binary again
+        interrupted = isinstance(stopped, KeyboardInterrupt)
+        for claim in claims.values():
+            _settle(*claim, None, interrupted=interrupted)
     return [outcomes[i] for i in range(len(resolved))]
 
 
@@ -231,16 +245,24 @@ def _claim(keys: dict[int, tuple], claims: dict[int, tuple[tuple, futures.Future
     return own, waits
 
 
-def _settle(key: tuple, claim: futures.Future, outcome: CompileOutcome | None) -> None:
+class _Stopped(Exception):
+    """A claimed compile's call was interrupted (Ctrl-C, SIGTERM): the calls waiting on it stop too."""
+
+
+def _settle(key: tuple, claim: futures.Future, outcome: CompileOutcome | None, *, interrupted: bool = False) -> None:
     """Release a claimed binary: later calls read the cache; those waiting take `outcome` (None: they
-    compile it themselves)."""
+    claim it again, or stop if the claiming call was `interrupted`)."""
     with _COMPILING_LOCK:
         if _COMPILING.get(key) is claim:
             del _COMPILING[key]
-    if outcome is None:
-        claim.set_exception(ToolchainError("the compile was stopped before it finished"))
-    else:
+    if claim.done():
+        return
+    if outcome is not None:
         claim.set_result(outcome)
+    elif interrupted:
+        claim.set_exception(_Stopped("the compile's call was interrupted"))
+    else:
+        claim.set_exception(ToolchainError("the compile was stopped before it finished"))
 
 
 # Where compile_many sends the compiles the cache cannot answer, instead of a pool of this host's

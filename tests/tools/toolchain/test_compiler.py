@@ -183,8 +183,9 @@ class _GatedExecutor(futures.Executor):
     `callers` compile_many calls have claimed their binaries, and fails the first `fail` compiles
     as a lost task would."""
 
-    def __init__(self, callers: int, fail: int = 0):
+    def __init__(self, callers: int, fail: int = 0, failure: type[BaseException] = ToolchainError):
         self._threads = futures.ThreadPoolExecutor(4)
+        self._failure = failure
         self.sent: list[dict] = []
         self.claimed = threading.Semaphore(0)
         self._callers, self._fail, self._lock = callers, fail, threading.Lock()
@@ -198,7 +199,7 @@ class _GatedExecutor(futures.Executor):
         def run():
             self.wait_for_callers()
             if fail:
-                raise ToolchainError("a compile task was lost on the cluster")
+                raise self._failure("a compile task was lost on the cluster")
             return fn(*args, **kwargs)
         return self._threads.submit(run)
 
@@ -229,14 +230,22 @@ def _in_threads(calls):
     def run(n, call):
         try:
             results[n] = call()
-        except Exception as exc:
+        except BaseException as exc:  # KeyboardInterrupt too: what each call raised is the result
             results[n] = exc
-    threads = [threading.Thread(target=run, args=(n, c)) for n, c in enumerate(calls)]
+    threads = [threading.Thread(target=run, args=(n, c), daemon=True) for n, c in enumerate(calls)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
-    return [results[n] for n in range(len(calls))]
+    return [results.get(n, "still running") for n in range(len(calls))]
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_left_claimed():
+    """Each test starts and must end with no binary claimed by a compile_many call (a process-wide map)."""
+    compiler._COMPILING.clear()
+    yield
+    assert not compiler._COMPILING, compiler._COMPILING
 
 
 def test_a_binary_asked_for_by_several_calls_at_once_is_compiled_once(tmp_path, monkeypatch):
@@ -272,3 +281,15 @@ def test_a_call_waiting_on_a_stopped_compile_compiles_it_itself(tmp_path, monkey
     compiled = [a for a in answers if isinstance(a, list)]
     assert len(lost) == 1 and len(compiled) == 1 and compiled[0][0].module is not None
     assert len(executor.sent) == 2 and not compiler._COMPILING
+
+
+def test_a_call_waiting_on_an_interrupted_compile_stops_too(tmp_path, monkeypatch):
+    """Ctrl-C in the call that claimed a binary (stop_compiles killed its pool): the call waiting on
+    that binary stops as well, rather than starting compiles of its own that nothing would stop."""
+    variant = [(SCALE, CompileOptions(arch="sm_90", defines=DEFINES))]
+    executor = _GatedExecutor(callers=2, fail=1, failure=KeyboardInterrupt)
+    _counting_claims(monkeypatch, executor)
+    with compiler.compiling_with(executor):
+        answers = _in_threads([lambda: compile_many(variant, cache=False), lambda: compile_many(variant, cache=False)])
+    assert all(isinstance(a, KeyboardInterrupt) for a in answers), answers
+    assert len(executor.sent) == 1
