@@ -66,20 +66,27 @@ class CompileOutcome(BaseModel):
 
 
 def _compile_one(index: int, source: str, options: CompileOptions, cache_dir,
-                 cache_only: bool = False, timeout_s: float | None = None) -> CompileOutcome | None:
-    """One variant as an outcome; with `cache_only`, None unless the cache already has it."""
+                 timeout_s: float | None = None) -> CompileOutcome:
+    """One variant compiled (or read from the cache in `cache_dir`) as an outcome."""
     cache = CompileCache(cache_dir) if cache_dir is not None else False
     try:
-        if cache_only:
-            module = from_cache(cache, key_and_flags(source, options, "kernel.cu")[0], source)
-            if module is None:
-                return None
-        else:
-            module = compile_source(source, options, cache=cache, timeout_s=timeout_s)
+        module = compile_source(source, options, cache=cache, timeout_s=timeout_s)
     except CompileError as exc:
-        return CompileOutcome(index=index, error=str(exc), error_type=type(exc).__name__,
-                              diagnostics=exc.diagnostics)
+        return _failed(index, exc)
     return CompileOutcome(index=index, module=module)
+
+
+def _cached(index: int, store: CompileCache, key: str, source: str) -> CompileOutcome | None:
+    """The cache's outcome for a variant whose key is `key` (a cached compile error too), None on a miss."""
+    try:
+        module = from_cache(store, key, source)
+    except CompileError as exc:
+        return _failed(index, exc)
+    return None if module is None else CompileOutcome(index=index, module=module)
+
+
+def _failed(index: int, exc: CompileError) -> CompileOutcome:
+    return CompileOutcome(index=index, error=str(exc), error_type=type(exc).__name__, diagnostics=exc.diagnostics)
 
 
 def compile_many(
@@ -106,11 +113,14 @@ def compile_many(
     cuda_include_dir()  # fail once, here, rather than in every worker
     store = default_cache() if cache is True else (cache or None)
     cache_dir = str(store.directory) if store is not None else None
+    # Each variant's key once (an included folder's files are stat-ed for it: milliseconds a variant),
+    # for the cache, the claims below and the cluster's results.
+    keys = [key_and_flags(s, o, "kernel.cu")[0] for s, o in resolved]
     # Cache hits are file reads: answer them here, and start processes only for real compiles.
     outcomes = {}
     if store is not None:
-        for i, (s, o) in enumerate(resolved):
-            if (hit := _compile_one(i, s, o, cache_dir, cache_only=True)) is not None:
+        for i, (s, _) in enumerate(resolved):
+            if (hit := _cached(i, store, keys[i], s)) is not None:
                 outcomes[i] = hit
     misses = [i for i in range(len(resolved)) if i not in outcomes]
     claims: dict[int, tuple[tuple, futures.Future]] = {}
@@ -127,21 +137,20 @@ def compile_many(
         progress(len(outcomes), len(resolved))
     # Another thread's compile_many may be compiling the same binary now: a tune's shapes build their
     # spaces side by side, and every shape of one width asks for the same binaries (240 topk_softmax
-    # shapes on 2026-11-28's four H200s: the cluster's 64 cores compiled for two minutes, the GPUs
-    # idle, while the cache kept 1,043 s of topk_softmax's NVRTC). The first call to ask compiles
-    # each binary; the others wait for its outcome, and where that call failed, claim it again.
-    keys = {i: (key_and_flags(*resolved[i], "kernel.cu")[0], timeout_s, cache_dir) for i in misses}
+    # shapes on 2026-11-28's four H200s: the cluster's 64 cores compiled for about three minutes, the
+    # GPUs mostly idle, while the cache kept 1,043 s of topk_softmax's NVRTC). The first call to ask
+    # compiles each binary; the others wait for its outcome, and where that call failed, claim it again.
     stopped: BaseException | None = None
     try:
         pending = misses
         while pending:
-            own, waits = _claim({i: keys[i] for i in pending}, claims)
+            own, waits = _claim({i: (keys[i], timeout_s, cache_dir) for i in pending}, claims)
             if store is not None:  # finished by another call since this one read the cache
                 for i in own:
-                    if (hit := _compile_one(i, *resolved[i], cache_dir, cache_only=True)) is not None:
+                    if (hit := _cached(i, store, keys[i], resolved[i][0])) is not None:
                         finished(i, hit)
-            _compile_misses([i for i in own if i not in outcomes], resolved, store, cache_dir, workers, timeout_s,
-                            finished)
+            _compile_misses([i for i in own if i not in outcomes], resolved, keys, store, cache_dir, workers,
+                            timeout_s, finished)
             pending = []
             for i, answer in waits.items():
                 try:
@@ -164,7 +173,7 @@ def compile_many(
     return [outcomes[i] for i in range(len(resolved))]
 
 
-def _compile_misses(misses: list[int], resolved, store, cache_dir, workers, timeout_s,
+def _compile_misses(misses: list[int], resolved, keys: list[str], store, cache_dir, workers, timeout_s,
                     finished: Callable[[int, CompileOutcome], None]) -> None:
     """Compile `misses` (indices into `resolved`) on a cluster's CPUs, this process or a pool of this
     host's processes, each module in the cache before `finished(index, outcome)` hears of it."""
@@ -180,7 +189,7 @@ def _compile_misses(misses: list[int], resolved, store, cache_dir, workers, time
             for job in futures.as_completed(jobs):
                 outcome = job.result()
                 if store is not None and outcome.module is not None:
-                    to_cache(store, key_and_flags(*resolved[jobs[job]], "kernel.cu")[0], outcome.module)
+                    to_cache(store, keys[jobs[job]], outcome.module)
                 finished(jobs[job], outcome)
         except BaseException:
             for job in jobs:
