@@ -4,8 +4,10 @@ What `astra export` wrote is built as written: `<kernel>.cu` with nvcc, one obje
 (the tuner's flags, as the file's header says), and `<kernel>_torch.cpp` (the op's schema and its
 CUDA implementation: jobs/exporting/torch_op.py) against PyTorch's headers, linked into one shared
 library that torch.ops.load_library registers. The library is cached by the hash of everything that
-goes into it (the three sources, the flags, nvcc's and PyTorch's versions) under the compile
-cache's folder, so a process after the first loads it in milliseconds; it is built in a temporary
+goes into it (the three sources' code, the flags, nvcc's and PyTorch's versions) under the compile
+cache's folder; comment lines are left out of the hash, since an export's header names when and by
+which command it was written: two exports of one table are one library, so a process may load the
+op from either (an op name is registered once a process, runtime `load`), so a process after the first loads it in milliseconds; it is built in a temporary
 folder and moved into place whole, so a build that fails or is stopped leaves nothing half-written.
 
 Why: the Python callable (runtime/exported_kernel.py) costs 120-230 us of host time per call and
@@ -62,6 +64,11 @@ def _writes_in_place(*args, **kwargs) -> None:
     return None
 
 
+def _code(text: str) -> str:
+    """A source without its comment lines: what the compiler sees of it, for the cache key."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+
+
 def build(folder: str | Path) -> Path:
     """The op's shared library for the export in `folder`: from the cache, else built now."""
     import torch
@@ -83,7 +90,8 @@ def build(folder: str | Path) -> Path:
         raise ExportError(f"PyTorch cannot find the CUDA toolkit's headers ({exc}); set CUDA_HOME") from None
     libraries = cpp_extension.library_paths("cuda")
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    key = hashlib.sha256(json.dumps([sources, [g.nvcc_flags() for g in groups], arch, torch.__version__,
+    code = {name: _code(text) for name, text in sources.items()}
+    key = hashlib.sha256(json.dumps([code, [g.nvcc_flags() for g in groups], arch, torch.__version__,
                                      nvcc_version, abi], sort_keys=True).encode()).hexdigest()[:24]
     target = default_cache_dir() / "torch_ops" / key / f"lib{op_name(kernel, manifest['dtype'])}.so"
     if target.is_file():

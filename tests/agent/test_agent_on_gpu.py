@@ -6,6 +6,8 @@ the measured speedup over the baseline."""
 from __future__ import annotations
 
 
+import re
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,32 @@ def test_eval_agent_with_an_expert_faster_at_some_shapes_is_never_below_search_a
     assert result.model_candidates == 1 and result.compiled == 1 and result.passed == 1
     assert set(result.speedups()) == {"1x28672", "16x14336", "128x14336", "128x28672"}
     assert result.slower(0.02) == []  # never below search alone beyond the noise
+
+
+@pytest.mark.gpu
+def test_the_planner_is_shown_nsight_computes_counters_for_the_holders(tmp_path):
+    """On a GPU with ncu (the lent ones have it), the profiler node runs Nsight Compute over the
+    slowest shape of each class for the kernel holding it, and the planner's next request shows the
+    counters beside the probes' evidence (issue 43's profiler evidence, run for real)."""
+    from astra_kernels.tools.measuring import nsight
+
+    if nsight.find_ncu() is None:
+        pytest.fail("Nsight Compute (ncu) is not installed on this GPU machine")
+    model = ScriptedChatModel(answers=["ready", decision("tune"), decision("stop")])
+    model.seen = []
+    context = RunContext(chat_model=model, results=str(tmp_path / "results.sqlite"), out=str(tmp_path / "out"),
+                         rounds=2, retries=0, tune_seconds=5)
+    app = build_graph().compile()
+    result = app.invoke({"kernel": "silu_and_mul", "shapes": PER_SHAPE}, context=context,
+                        config={"recursion_limit": recursion_limit(context)})
+    planner = [m for m in model.seen if m[0].content.startswith("You plan")]
+    assert len(planner) == 2  # after the search floor, and after the round's search
+    for request in planner:  # the profiler ran after the floor, and again for any new holder
+        facts = request[-1].content
+        evidence = facts[facts.index("## Where the time goes"):]
+        print(evidence[:3000])
+        assert "Nsight Compute measured the slowest shape of each class" in evidence
+        measured = re.findall(r"^- Nsight Compute at (\S+) \(candidate \d+, \w+\): DRAM throughput \d+% of peak; "
+                              r"achieved occupancy \d+% of the SM's warps; .*top warp stalls", evidence, re.M)
+        assert len(measured) >= 2 and set(measured) <= {"1x28672", "16x14336", "128x14336", "128x28672"}, measured
+    assert result["report"]["shapes"]

@@ -140,7 +140,8 @@ def test_load_says_in_one_line_why_it_cannot_build(tmp_path, monkeypatch):
 def test_the_build_compiles_each_flag_group_and_the_op_then_links_once_and_is_cached(tmp_path, monkeypatch):
     """runtime/torch_op.build with a stand-in nvcc (a script that logs its arguments and writes its
     -o file): one object per flag group of the .cu, one of the op's C++, one link; the library
-    lands in the cache under a key of its sources, and a second build runs nothing."""
+    lands in the cache under a key of its sources' code, and a second build, or a build of another
+    export of the same table, runs nothing."""
     torch = pytest.importorskip("torch")
     from astra_kernels.runtime import torch_op as runtime_op
     from astra_kernels.tools.toolchain import nvcc
@@ -166,12 +167,21 @@ def test_the_build_compiles_each_flag_group_and_the_op_then_links_once_and_is_ca
         library = runtime_op.build(tmp_path / "out")
         calls = log.read_text().splitlines()
         again = runtime_op.build(tmp_path / "out")
+        # another export of the same table (its header has another time and command): the same library
+        cuda_file.export(cuda_file.resolve_source(None, "h200", "rmsnorm"), tmp_path / "out2", command="again")
+        assert "again" in (tmp_path / "out2" / "rmsnorm.cu").read_text()
+        assert runtime_op.build(tmp_path / "out2") == library
+        # another table (the H100's) is another library
+        other = tmp_path / "out3"
+        cuda_file.export(cuda_file.resolve_source(None, "h100", "rmsnorm"), other)
+        built_other = runtime_op.build(other)
     finally:
         nvcc.nvcc_path.cache_clear()
         nvcc.nvcc_version.cache_clear()
     manifest = __import__("json").loads((tmp_path / "out" / "export.json").read_text())
     assert library == again and library.read_text() == "built\n" and library.name == "librmsnorm_bf16.so"
-    assert library.is_relative_to(tmp_path / "cache") and log.read_text().splitlines() == calls  # cached
+    assert library.is_relative_to(tmp_path / "cache") and log.read_text().splitlines()[:len(calls)] == calls  # cached
+    assert built_other != library and len(log.read_text().splitlines()) > len(calls)
     compiles = [c for c in calls if " -c rmsnorm.cu " in f" {c} "]
     assert len(compiles) == len(manifest["groups"]) and all("-arch=sm_90" in c for c in compiles)
     assert sum(" -c rmsnorm_torch.cpp " in f" {c} " for c in calls) == 1

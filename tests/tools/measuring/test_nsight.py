@@ -1,6 +1,7 @@
 """Nsight Compute's counters (tools/measuring/nsight.py) without a GPU: ncu's CSV as it prints it
 (a capture from an H200, docs/bench/ncu-2026-11-25), the facts a model reads, and the child run's
-plumbing with a stand-in `ncu`: its arguments, its output read, a run past its deadline killed."""
+plumbing with a stand-in `ncu`: its arguments, its output read, a run past its deadline killed;
+and, marked gpu, the real ncu over a real launch."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from astra_kernels.tools.measuring import nsight, probes
 
@@ -84,3 +87,16 @@ def test_a_run_past_its_deadline_is_killed_with_its_group(tmp_path):
     report = nsight.profile(probes.copy_request(1 << 12), binary=binary, timeout_s=1)
     assert time.perf_counter() - started < 30 and "did not finish within 1 s" in report.message
     assert "Connected" in report.output_tail and report.metrics == {}
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_ncu_reads_the_counters_of_a_real_launch():
+    """The lent GPUs' images have ncu: the copy kernel's first launch, 64 MiB each way, is measured
+    with the caches flushed; a copy that large keeps DRAM busy."""
+    if nsight.find_ncu() is None:
+        pytest.fail("Nsight Compute (ncu) is not installed on this GPU machine: the counters cannot be read")
+    report = nsight.profile(probes.copy_request(1 << 26), timeout_s=240)
+    assert report.available and report.metrics, (report.message, report.output_tail[-2000:])
+    assert {nsight.DRAM, nsight.OCCUPANCY, nsight.WAVES, nsight.DURATION} <= set(report.metrics), report.metrics
+    assert report.metrics[nsight.DRAM] > 30 and report.metrics[nsight.WAVES] > 0 and report.metrics[nsight.DURATION] > 0
+    assert report.facts().startswith("DRAM throughput") and "top warp stalls" in report.facts()
