@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from astra_kernels.kernels_sglang import recordings
+from astra_kernels.suite import recordings
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.worker import EVALUATION_TIMEOUT_S, EvaluationWorker

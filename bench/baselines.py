@@ -19,8 +19,8 @@ from datetime import datetime, timezone
 from rich.table import Table
 
 from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
-from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.tuned_tables import device_key
+from astra_kernels import suite
+from astra_kernels.suite.tuned_tables import device_key
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from astra_kernels.cli.commands.bench import _read_report
 from astra_kernels.cli.output import console, print_table
 from astra_kernels.jobs.benchmark import _geomean
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError
 
 

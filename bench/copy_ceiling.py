@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from rich.table import Table
 
 from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.toolchain.ceiling import (
     copy_bandwidth, kernel_copy_bandwidth, memcpy_bandwidth, mix_bandwidth, mix_ratio,
 )

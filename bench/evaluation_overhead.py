@@ -21,7 +21,7 @@ import sys
 
 
 def main() -> int:
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.measuring import evaluation
     from astra_kernels.tools.toolchain.device import Device
 

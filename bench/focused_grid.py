@@ -26,7 +26,7 @@ import time
 
 from astra_kernels.jobs.benchmark import _evaluate, _imported, _time_of, shipped_table
 from astra_kernels.jobs.torch_peers import measure_peer
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.toolchain.compiler import compile_many

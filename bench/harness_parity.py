@@ -29,7 +29,7 @@ from astra_kernels.cli.output import console, print_table
 from astra_kernels.jobs.benchmark import _evaluate, _imported, _time_of
 from astra_kernels.jobs.exporting.cuda_file import export, resolve_source
 from astra_kernels.jobs.torch_peers import measure_exported, measure_peer
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.worker import EvaluationWorker

@@ -45,7 +45,7 @@ def main() -> int:
     import torch.nn.functional as F
 
     from astra_kernels.jobs.exporting import cuda_file
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
     from astra_kernels.runtime import torch_op
     from astra_kernels.runtime.exported_kernel import load_callable
     from astra_kernels.jobs.torch_tensors import op_arguments

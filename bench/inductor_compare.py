@@ -50,7 +50,7 @@ def run(kernel: str, shape_text: str, calls: int) -> int:
 
     from astra_kernels.jobs import torch_tensors
     from astra_kernels.jobs.exporting import cuda_file
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.runtime.exported_kernel import load_callable
     from astra_kernels.tools.measuring.correctness import compare
 

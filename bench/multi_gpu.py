@@ -192,7 +192,7 @@ def against_shipped(out: Path) -> dict[str, dict[str, int]]:
     at least 2%: one run, so no allowance between runs) or slower; "unmeasured" where it did not."""
     from astra_kernels.jobs.benchmark import shipped_table_for
     from astra_kernels.jobs.tuning import start_configs
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.toolchain.targets import DEFAULT_SMS
 
     reports = reports_of(out)

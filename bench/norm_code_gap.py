@@ -38,7 +38,7 @@ import sys
 
 from astra_kernels.jobs.benchmark import _evaluate, _imported, _time_of, shipped_table
 from astra_kernels.jobs.tuning import seed_configs
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.templating.template import Exclusion

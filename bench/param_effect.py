@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.table import Table
 
 from astra_kernels.cli.output import print_table  # one console: whole lines and Markdown tables when piped
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.replay import unpacked_copy
 from astra_kernels.tools.measuring.results import ResultsStore
 

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from astra_kernels.cli.output import console, print_table
 from astra_kernels.jobs import torch_peers
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.toolchain.timing import rotation_count
 

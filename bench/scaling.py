@@ -32,7 +32,8 @@ from rich.table import Table
 
 from astra_kernels.cli.output import console, print_table
 from astra_kernels.jobs.tuning import _Requests
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 from astra_kernels.tools.cluster.compiling import RayCompileExecutor
 from astra_kernels.tools.cluster.pool import WorkerPool
 from astra_kernels.tools.cluster.runtime import connected

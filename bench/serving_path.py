@@ -86,7 +86,7 @@ def suite_ops(torch, kind: str, exports: dict[str, Path] | None):
         def rope(positions, q, k, cos_sin):  # in place on q and k
             rotary(positions, q, k, cos_sin, HEADS, KV_HEADS, HEAD_DIM)
         return norm, act, rope
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     norm_peer, act_peer = suite.load_peer("fused_add_rmsnorm").forward, suite.load_peer("silu_and_mul").forward
     rope_peer = suite.load_peer("rotary_embedding").forward
@@ -234,7 +234,7 @@ def profile_compiled(torch, compiled: dict, tokens: int, out: Path) -> None:
 def main() -> int:
 
     from astra_kernels.jobs.exporting import cuda_file
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)

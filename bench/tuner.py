@@ -32,7 +32,7 @@ from pathlib import Path
 from rich.table import Table
 
 from astra_kernels.cli.output import console, print_table  # one console: whole lines and Markdown tables when piped
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.toolchain.compile_cache import CompileCache
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.toolchain.driver import gpu_available, local_arch

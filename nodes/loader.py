@@ -22,7 +22,7 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, FrontEntry, ModelCall
 from astra_kernels.jobs.benchmark import shipped_table_for
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 from astra_kernels.nodes.shared.chat import make_chat_model, preflight, role_settings
 from astra_kernels.nodes.shared.measure import evaluate, launch_floor_us, stored_evaluator

@@ -27,7 +27,7 @@ from langgraph.runtime import Runtime
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, Decision, FrontEntry
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
 from astra_kernels.nodes.shared.chat import TRUNCATED_CAP_FACTOR

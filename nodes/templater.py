@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, Decision, next_candidate_id
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError, CompileError
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 from astra_kernels.tools.templating.template import Exclusion

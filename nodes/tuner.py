@@ -17,7 +17,7 @@ from langgraph.runtime import Runtime
 
 from astra_kernels.graph.context import RunContext
 from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement, next_candidate_id
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.jobs import checking, tuning
 from astra_kernels.tools.search.runner import Budget
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.agent_fakes import ScriptedChatModel, decision  # noqa: E402
 
 from astra_kernels.graph import RunContext, build_graph, recursion_limit  # noqa: E402
-from astra_kernels.kernels_sglang import suite  # noqa: E402
+from astra_kernels import suite  # noqa: E402
 
 
 def role(messages) -> str:

@@ -49,7 +49,7 @@ def tuned_sets(kernel: str) -> str:
     is tuned at. The odd shapes are checked, never tuned: a table entry at 1x4097 would be the
     nearest tuned shape for 1x4096 (dispatch's log distance), with a configuration chosen for a
     width no vector divides."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     return ",".join(["sweep", *(name for name in suite.load(kernel).spec.shapes if name != "odd")])
 

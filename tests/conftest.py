@@ -18,7 +18,7 @@ def _private_compile_cache(tmp_path_factory):
 @pytest.fixture
 def kernels_path(tmp_path, monkeypatch):
     """An empty user directory on ASTRA_KERNELS_PATH; the loaded kernels forgotten before and after."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     root = tmp_path / "mine"
     root.mkdir()

@@ -135,7 +135,7 @@ def _kernels_dirs(dirs: list[str]):
     if not dirs:
         yield
         return
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.errors import UsageError
 
     for folder in dirs:

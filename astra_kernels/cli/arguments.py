@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from astra_kernels.kernels_sglang.schema import SWEEP
+from astra_kernels.suite.schema import SWEEP
 from astra_kernels.tools.errors import UsageError
 
 

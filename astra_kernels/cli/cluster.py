@@ -43,7 +43,7 @@ def cluster_pool(args, recordings: list[str] | None, title: str, live: bool = Tr
     one worker per GPU, or `args.workers`; replay workers over `recordings` when given. Shows the
     workers live on a terminal (unless `live` is False: a command with its own progress bar, since
     a terminal shows one live display at a time), and prints them when done."""
-    from astra_kernels.kernels_sglang.suite import KERNELS_PATH
+    from astra_kernels.suite import KERNELS_PATH
     from astra_kernels.tools.cluster.pool import WorkerPool
     from astra_kernels.tools.cluster.runtime import connected
     from astra_kernels.tools.errors import UsageError

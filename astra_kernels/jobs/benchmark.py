@@ -31,7 +31,8 @@ from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.probes import copy_request, empty_request, mix_requests
 from astra_kernels.tools.templating.template import Exclusion, Template
 
-from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels import suite
+from astra_kernels.suite import tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
 from .generated_files import md_code, md_text
 from .torch_peers import PeerResult, measure_peer

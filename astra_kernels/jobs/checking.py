@@ -27,7 +27,7 @@ from astra_kernels.tools.measuring.evaluation import EvaluationRequest
 from astra_kernels.tools.templating.template import Exclusion
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.tuned_tables import device_key
+from astra_kernels import suite
+from astra_kernels.suite.tuned_tables import device_key
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.tools.cluster.compiling import RayCompileExecutor
 from astra_kernels.tools.cluster.pool import WorkerPool

@@ -219,7 +219,7 @@ def _vendor(sources: Sources, dest: Path, recipes: list[Recipe]) -> Path:
 
 
 def _folder_files(recipe: Recipe, sources: Sources, shapes: dict[str, list[dict[str, int]]]) -> dict[str, str]:
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     port = suite.load(recipe.port)
     file = f"{JIT}/csrc/{recipe.file}"
@@ -235,7 +235,7 @@ def _folder_files(recipe: Recipe, sources: Sources, shapes: dict[str, list[dict[
         'takes, and where it came from."""',
         "",
         f"from astra_kernels.kernels_sglang.{recipe.port}.spec import SPEC as PORT",
-        "from astra_kernels.kernels_sglang.schema import Origin",
+        "from astra_kernels.suite.schema import Origin",
         "",
         "SPEC = PORT.model_copy(update={",
         f'    "name": {recipe.name!r},',
@@ -266,7 +266,7 @@ def _folder_files(recipe: Recipe, sources: Sources, shapes: dict[str, list[dict[
 def _supported_shapes(recipe: Recipe, baseline_text: str, folder: Path) -> tuple[dict[str, list[dict[str, int]]], list[str]]:
     """The port's shape sets (but its odd edge cases) cut to the shapes SGLang's kernel takes, by the
     wrapper's own //@ require lines; each shape cut, with the reason."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.templating.template import Exclusion, parse_template
 
     port = suite.load(recipe.port)

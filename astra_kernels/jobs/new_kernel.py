@@ -147,7 +147,7 @@ def scaffold(name: str, source: str, origin: str) -> dict[str, str]:
 def new_kernel(name: str, dest: Path, source_file: Path | None) -> Path:
     """Write the folder dest/name; UsageError for a name that is taken or no identifier, or a file
     that cannot be read."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     # ASCII: Python takes `ядро` as an identifier, but the name is also a C symbol and a file name
     # (the skeleton's `__global__ void NAME`, which then failed with a misleading "no kernel in it").

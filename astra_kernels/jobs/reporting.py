@@ -36,7 +36,8 @@ from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.results import ResultsStore, ResultsStoreError
 from pydantic import BaseModel, Field
 
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 
 BASELINE = "baseline"
 FAILURE_EXAMPLES = 8

@@ -20,7 +20,7 @@ from astra_kernels.tools.measuring.draws import seeded_case
 from astra_kernels.tools.toolchain.timing import Timing, rotation_count, time_torch_graph
 
 from . import torch_tensors as peers
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 MODES = ("eager", "compile")
 

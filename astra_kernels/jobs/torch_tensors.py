@@ -20,7 +20,7 @@ import numpy as np
 from astra_kernels.tools.measuring.problem import Problem
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 # NumPy storage dtypes torch cannot take from NumPy: (same-width integer view, torch dtype name).
 _BIT_VIEWS = {

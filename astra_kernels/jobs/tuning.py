@@ -45,7 +45,7 @@ from astra_kernels.tools.search.space import build_space
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion, Template
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
 

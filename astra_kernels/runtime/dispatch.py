@@ -27,7 +27,7 @@ from pydantic import BaseModel, PrivateAttr, model_validator
 from astra_kernels.tools.measuring.regimes import L2Regime
 from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 
 def nearest_first(tuned: list[dict[str, int]], shape: dict[str, int], symbols: list[str]) -> list[int]:

@@ -33,7 +33,7 @@ from astra_kernels.tools.errors import AstraError, LaunchArgumentError, NoGpuErr
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.template import Exclusion
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from .dispatch import DispatchTable
 from .export_format import (
     FORMAT_VERSION, MANIFEST, ROW_STRIDES_SINCE, Binary, ExportError, Group, binary_key, caller_scalars,

@@ -16,7 +16,7 @@ from astra_kernels.tools.toolchain.device import Device, Kernel
 from astra_kernels.tools.toolchain.targets import STATIC_SHARED_LIMIT
 from astra_kernels.tools.templating.template import Exclusion
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from .dispatch import DispatchTable
 
 

@@ -1,7 +1,7 @@
 """fused_add_rmsnorm: the residual add and RMS norm between transformer layers (docs/kernels.md section 3)."""
 
 from astra_kernels.kernels_sglang.rmsnorm.spec import _ASTRA, _ODD, _SERVING, ROW_SEEDS
-from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
+from astra_kernels.suite.schema import Anchor, ArgSpec, KernelSpec
 
 # The same shape sets as rmsnorm: Astra's norm shapes are this kernel's (section 3); docs/kernels.md
 # lists serving shapes for rmsnorm only, but the norm runs on the same token counts and widths

@@ -1,6 +1,6 @@
 """merge_attn_states: merge two partial attention outputs by their log-sum-exp (docs/kernels.md section 4)."""
 
-from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec
+from astra_kernels.suite.schema import Anchor, ArgSpec, KernelSpec
 
 _ASTRA = [(512, 32, 256), (512, 40, 128), (768, 32, 256), (768, 40, 128), (512, 64, 128)]
 _SERVING = [(1, 32, 128), (16, 32, 128), (8192, 32, 128)]

@@ -3,7 +3,7 @@ of 128 contiguous elements of a token's row (DeepSeek-V3-style block-wise fp8 GE
 
 from astra_kernels.tools.measuring.problem import Tolerance
 
-from astra_kernels.kernels_sglang.schema import ArgSpec, KernelSpec
+from astra_kernels.suite.schema import ArgSpec, KernelSpec
 from .reference import EPS, GROUP
 
 # The op is defined on whole groups: every shape keeps H a multiple of GROUP (128), so the odd set

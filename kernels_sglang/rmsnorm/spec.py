@@ -1,6 +1,6 @@
 """rmsnorm: the RMS normalisation before attention and the MLP (docs/kernels.md section 2)."""
 
-from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec, Seed
+from astra_kernels.suite.schema import Anchor, ArgSpec, KernelSpec, Seed
 
 # docs/kernels.md section 2: serving T x H, plus Astra's norm shapes (the fused_add_rmsnorm list of section 3).
 _SERVING = [{"T": t, "H": h} for t in (1, 16, 128, 256, 1024, 2048, 16384) for h in (4096, 8192)]

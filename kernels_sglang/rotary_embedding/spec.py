@@ -1,6 +1,6 @@
 """Rotary position embedding (RoPE) of q and k in place, cos/sin from a per-position cache."""
 
-from astra_kernels.kernels_sglang.schema import ArgSpec, KernelSpec
+from astra_kernels.suite.schema import ArgSpec, KernelSpec
 
 _SYMBOLS = ["N", "HQ", "HK", "D", "R", "P"]
 

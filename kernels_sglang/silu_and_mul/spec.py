@@ -2,7 +2,7 @@
 
 from astra_kernels.tools.measuring.problem import Tolerance
 
-from astra_kernels.kernels_sglang.schema import Anchor, ArgSpec, KernelSpec, Seed
+from astra_kernels.suite.schema import Anchor, ArgSpec, KernelSpec, Seed
 
 _SERVING = [{"T": t, "D": d} for t in (1, 16, 128, 2048, 16384) for d in (14336, 28672)]
 _ANCHORS = [

@@ -1,6 +1,6 @@
 """topk_softmax: MoE gating, softmax over the experts then the top-k experts of each token."""
 
-from astra_kernels.kernels_sglang.schema import ArgSpec, KernelSpec
+from astra_kernels.suite.schema import ArgSpec, KernelSpec
 
 # docs/kernels.md section 6: T in {1, 128, 4096, 32768} x E in {8, 64, 128, 256} x k in {2, 8}.
 _SERVING = [{"T": t, "E": e, "K": k} for t in (1, 128, 4096, 32768) for e in (8, 64, 128, 256) for k in (2, 8)]

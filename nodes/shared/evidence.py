@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from astra_kernels.evaluators import replayed
 from astra_kernels.graph.state import AgentState, Candidate
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring import nsight
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.templating.template import Exclusion, TemplateError, parse_template

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 
 from astra_kernels.graph.state import AgentState, Candidate
-from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.schema import KERNEL_DTYPE, KernelSpec
+from astra_kernels import suite
+from astra_kernels.suite.schema import KERNEL_DTYPE, KernelSpec
 from astra_kernels.tools.measuring.problem import Problem
 from astra_kernels.tools.toolchain.dtypes import C_TYPES
 

@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 from astra_kernels.evaluators import open_evaluator, replayed
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.replay import ReplayWorker
 from astra_kernels.tools.measuring.results import ResultsStore

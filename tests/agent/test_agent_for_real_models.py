@@ -15,7 +15,7 @@ import pytest
 from support.agent_fakes import BASELINE, FakeGPU, ScriptedChatModel, code_answer, decision, kernel
 from astra_kernels.cli import main
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.nodes.shared.chat import Asker, ModelTimedOut, ModelUnavailable
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.exported_kernel import load_callable

@@ -18,7 +18,7 @@ from langgraph.types import Command
 from support.agent_fakes import BASELINE, FakeGPU, ScriptedChatModel, code_answer, decision
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.graph.state import Candidate
-from astra_kernels.kernels_sglang.suite import UnknownKernelError
+from astra_kernels.suite import UnknownKernelError
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.toolchain.driver import gpu_available
 
@@ -216,7 +216,7 @@ def test_the_search_floor_measures_the_shipped_table_first_and_the_front_starts_
     alone, offline) as candidate 1; the profiler judges it against the baseline before any plan, so
     the front starts from search alone. `search_floor=False` starts from the baseline only."""
     from astra_kernels.jobs.benchmark import shipped_table_for
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     result = run(context(tmp_path, gpu=_FakeH200(), rounds=1))
     floor = Candidate.model_validate(result["history"][0])

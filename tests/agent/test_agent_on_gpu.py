@@ -13,7 +13,7 @@ import pytest
 
 from support.agent_fakes import ScriptedChatModel, decision
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.nodes.reporter import fixed_source
 
 KNOWN_BETTER = {"THREADS": 128, "VEC": 4, "CHUNKS": 8, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}

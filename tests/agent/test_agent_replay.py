@@ -11,7 +11,8 @@ import sqlite3
 from pathlib import Path
 
 from astra_kernels import cli
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 
 SPEC = suite.load("rmsnorm").spec
 RECORDING = recordings.resolve("recorded", "rmsnorm")

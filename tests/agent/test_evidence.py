@@ -4,7 +4,7 @@ on the GPU and the bottleneck it names, by shape class, from the project's own p
 from __future__ import annotations
 
 from astra_kernels.graph.state import Candidate, ShapeMeasurement
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.nodes.shared import facts
 from astra_kernels.nodes.shared.evidence import ShapeEvidence, describe_evidence, front_evidence, launch_geometry
 from astra_kernels.nodes.shared.floors import ShapeRow
@@ -152,7 +152,7 @@ def test_too_few_ctas_points_where_every_shipped_winner_went():
     the shipped tables' winners do what its legend says: the work spread over more CTAs or more
     threads, or (a row reduction) one CTA a row. Held against every shipped cold table's template entries, so a
     retune that does otherwise fails this until the legend says so."""
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
     from astra_kernels.runtime.dispatch import DispatchTable
 
     checked = 0

@@ -7,7 +7,7 @@ import math
 import re
 
 from astra_kernels.graph.state import Candidate, ShapeMeasurement
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.nodes.shared import facts
 from astra_kernels.nodes.shared.facts import (
@@ -148,7 +148,7 @@ def test_model_facts_omit_unknown_compiler_facts_and_name_each_shapes_holder():
 def test_the_models_are_told_the_correctness_contract_the_tester_holds_them_to():
     """The odd shapes the run does not time, every other dtype and variant, NaN-filled outputs and
     `//@ require`: the facts the planner, generator and templater read (issue 43)."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     spec = suite.load("silu_and_mul").spec
     baseline = Candidate(id=0, origin="baseline", source="", measurements=[
@@ -186,7 +186,7 @@ def test_the_planners_claim_about_few_token_winners_holds_for_every_shipped_tabl
     here against every shipped table (a retune that changes it fails this until the prompt says so)."""
     from pathlib import Path
 
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     prompt = (Path(facts.__file__).parents[1] / "prompts" / "planner_system.md").read_text()
     assert "4 or more\nCTAs" in prompt or "4 or more CTAs" in prompt.replace("\n", " ")

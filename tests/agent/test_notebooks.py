@@ -61,7 +61,8 @@ def test_embedding_streams_the_agents_events_through_a_parent_graph(monkeypatch)
 
 def _recorded_figures(tmp_path) -> dict[str, tuple[float, float]]:
     """Per shape label of the recording: (the baseline's time, the fastest template configuration's)."""
-    from astra_kernels.kernels_sglang import recordings, suite
+    from astra_kernels import suite
+    from astra_kernels.suite import recordings
 
     spec = suite.load("rmsnorm").spec
     copy = tmp_path / "recording.sqlite"

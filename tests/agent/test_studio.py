@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = suite.load("rmsnorm").spec

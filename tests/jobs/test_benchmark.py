@@ -11,7 +11,7 @@ from astra_kernels.tools.errors import UsageError
 from astra_kernels import cli
 from astra_kernels.cli.commands import bench as bench_command
 from astra_kernels.jobs import benchmark
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.jobs.benchmark import BenchReport, BenchRow
 from astra_kernels.tools.toolchain.driver import gpu_available
 
@@ -104,7 +104,7 @@ def test_shipped_tables_are_per_gpu_kind():
 
 
 def test_every_shipped_table_records_the_regime_of_its_folder():
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     seen = 0
     for kind in tuned_tables.gpu_kinds():
@@ -119,7 +119,7 @@ def test_every_shipped_table_records_the_regime_of_its_folder():
 
 
 def _ship(root, kind, regime, kernel, l2):
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     table = json.loads(tuned_tables.table_path(kernel, "h200").read_text())
     table["l2"] = l2
@@ -131,7 +131,7 @@ def _ship(root, kind, regime, kernel, l2):
 def test_bench_tables_take_the_regime_timed_else_the_other_and_say_which(tmp_path, monkeypatch):
     """A warm bench runs the warm table where one is shipped and the cold one where not; the
     report then names each table's regime, so a cold table timed warm is never silent."""
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     _ship(tmp_path, "h100", "cold", "rmsnorm", "cold")
     _ship(tmp_path, "h100", "warm", "rmsnorm", "warm")
@@ -166,7 +166,7 @@ def test_tune_starts_from_the_shipped_table_of_its_regime_else_the_cold_one(tmp_
     from argparse import Namespace
 
     from astra_kernels.cli.commands import tune as tune_command
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     _ship(tmp_path, "h100", "cold", "rmsnorm", "cold")
     _ship(tmp_path, "h100", "warm", "rmsnorm", "warm")
@@ -395,7 +395,7 @@ def test_a_sweep_gets_a_chart_per_kernel_and_width_with_a_line_per_peer_and_the_
     import json
     import re
 
-    from astra_kernels.kernels_sglang.schema import SWEEP_TOKENS
+    from astra_kernels.suite.schema import SWEEP_TOKENS
 
     rows = [_row("rmsnorm", f"{t}x4096", 2.0 + t / 100, 1.5 + t / 120, floor=1.0 + t / 200, torch_compile_us=1.8 + t / 110,
                  mix_floor_us=0.9 + t / 210) for t in SWEEP_TOKENS]
@@ -415,7 +415,7 @@ def test_a_sweep_gets_a_chart_per_kernel_and_width_with_a_line_per_peer_and_the_
 
 
 def test_the_sweep_set_is_the_token_axis_at_the_serving_widths_and_some_in_no_set():
-    from astra_kernels.kernels_sglang.schema import SWEEP_TOKENS
+    from astra_kernels.suite.schema import SWEEP_TOKENS
 
     assert SWEEP_TOKENS[:8] == tuple(range(1, 9)) and SWEEP_TOKENS[-1] == 16384 and len(SWEEP_TOKENS) == 27
     assert all(1.3 < b / a <= 1.6 for a, b in zip(SWEEP_TOKENS[8:], SWEEP_TOKENS[9:]))

@@ -59,7 +59,7 @@ def test_check_without_gpu_compiles_and_says_so(capsys):
 
 @pytest.mark.skipif(gpu_available(), reason="describes a machine without a GPU")
 def test_check_of_a_table_compiles_every_configuration_it_runs_and_refuses_what_is_no_table(tmp_path, capsys):
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     table = str(tuned_tables.table_path("silu_and_mul", "h200"))
     assert cli.main(["check", "silu_and_mul", "--table", table, "--shapes", "3x1002", "--dtype", "fp16"]) == 0
@@ -139,7 +139,7 @@ def test_set_takes_several_sets_each_shape_once():
     from argparse import Namespace
 
     from astra_kernels.cli.arguments import shapes_from
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.errors import UsageError
 
     folder = suite.load("rmsnorm")
@@ -159,7 +159,7 @@ def test_several_kernels_each_take_the_sets_they_have():
     from argparse import Namespace
 
     from astra_kernels.cli.arguments import sets_named_somewhere, shapes_from
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.errors import UsageError
 
     topk, rmsnorm = suite.load("topk_softmax"), suite.load("rmsnorm")

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from rich.table import Table
 
 from astra_kernels.cli.output import markdown_table

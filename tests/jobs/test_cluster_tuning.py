@@ -16,7 +16,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import cluster_tuning, tuning
-from astra_kernels.kernels_sglang import recordings
+from astra_kernels.suite import recordings
 from astra_kernels.tools.cluster.pool import WorkerPool
 from astra_kernels.tools.cluster.runtime import connected
 from astra_kernels.tools.measuring.results import ResultsStore
@@ -242,8 +242,8 @@ def test_ray_s_printing_is_restored_after_the_block():
 def test_a_candidate_no_recording_holds_is_refused_naming_each_recording(cluster):
     """A replay worker holds every kernel's recording; when none has the candidate, its answer names
     them all, not only the last one asked (another kernel's, which would mislead)."""
-    from astra_kernels.kernels_sglang import recordings
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.suite import recordings
+    from astra_kernels import suite
     from astra_kernels.tools.cluster.host import EvaluationHost
 
     held = [str(recordings.resolve("recorded", k)) for k in ("merge_attn_states", "rmsnorm")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
 TUNED = {"THREADS": 256, "VEC": 8, "CHUNKS": 4, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}

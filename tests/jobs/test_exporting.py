@@ -18,7 +18,8 @@ import pytest
 
 from astra_kernels.cli import main
 from astra_kernels.jobs.exporting import cuda_file as export, guide as export_guide
-from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels import suite
+from astra_kernels.suite import tuned_tables
 from astra_kernels.runtime import export_format
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.exported_kernel import load_callable

@@ -15,7 +15,7 @@ import pytest
 
 from astra_kernels.jobs.fib import importing
 from astra_kernels.jobs.fib.definition import DefinitionError, parse_definition, read_workloads
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from support.fib_definitions import UNSEEN, workloads_file, write_definition
 from support.kernel_path import on_kernel_path
 

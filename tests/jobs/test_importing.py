@@ -15,7 +15,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import benchmark, importing
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.toolchain.timing import Timing
@@ -133,7 +133,7 @@ def _handmade_import(root: Path) -> None:
                                          "reference  # noqa: F401\n")
     (folder / "spec.py").write_text(
         "from astra_kernels.kernels_sglang.rmsnorm.spec import SPEC as PORT\n"
-        "from astra_kernels.kernels_sglang.schema import Origin\n"
+        "from astra_kernels.suite.schema import Origin\n"
         "SPEC = PORT.model_copy(update={'name': 'sglang_rmsnorm', 'anchors': [], 'origin': Origin(project='sglang', "
         "version='0.5.23', file='sglang/kernels/jit/csrc/elementwise/rmsnorm.cuh', op='rmsnorm', port='rmsnorm')})\n")
 

@@ -15,7 +15,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import benchmark, importing
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 from support import kernel_path

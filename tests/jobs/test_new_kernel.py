@@ -9,7 +9,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import new_kernel
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.toolchain.driver import gpu_available
 
 from support import filled_kernel, kernel_path

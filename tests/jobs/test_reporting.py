@@ -14,7 +14,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 from astra_kernels.jobs import reporting
 from astra_kernels.jobs import charts as plots
 from astra_kernels.tools.measuring.evaluation import EvaluationResult

@@ -10,7 +10,7 @@ import pytest
 
 from astra_kernels.jobs.exporting import cuda_file, torch_op
 from astra_kernels.jobs.generated_files import fill
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.export_format import torch_op_file
 from astra_kernels.tools.errors import AstraError, UsageError
@@ -27,7 +27,7 @@ SCHEMAS = {
 
 
 def shipped(kernel: str) -> DispatchTable:
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     return DispatchTable.model_validate_json(tuned_tables.table_path(kernel, "h200").read_text())
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels import suite
+from astra_kernels.suite import tuned_tables
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from astra_kernels.jobs import torch_tensors as peers
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.correctness import compare, unchanged
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 

@@ -7,7 +7,7 @@ import importlib.util
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.jobs import tuning
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 from astra_kernels.tools.measuring.correctness import POISON_BYTE, compare

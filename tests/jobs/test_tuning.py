@@ -274,7 +274,7 @@ def test_the_specs_seeds_are_points_of_its_template_at_each_shape():
     splits into such threads, each with the row length compiled in and unchecked (STATIC_ROW 2, as
     SGLang builds them) and read at run time (0); none at a width whose thread count the template
     does not offer."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     rmsnorm = suite.load("rmsnorm")
 
@@ -291,7 +291,7 @@ def test_the_specs_seeds_are_points_of_its_template_at_each_shape():
 
 
 def test_a_seed_that_is_no_point_of_the_template_is_left_out():
-    from astra_kernels.kernels_sglang.schema import Seed
+    from astra_kernels.suite.schema import Seed
 
     env = {"T": 16, "D": 4096, "ELEM_BYTES": 2, "SMS": 132, "SM": 90}
     seeded = FOLDER.spec.model_copy(update={"seeds": [
@@ -309,7 +309,7 @@ def test_a_seed_that_is_no_point_of_the_template_is_left_out():
 
 
 def test_a_seed_with_an_unknown_symbol_is_refused_when_the_spec_loads():
-    from astra_kernels.kernels_sglang.schema import Seed
+    from astra_kernels.suite.schema import Seed
 
     with pytest.raises(ValueError, match=r"seed 'mine' sets THREADS from unknown symbol\(s\) \['N'\]"):
         FOLDER.spec.model_validate({**FOLDER.spec.model_dump(), "seeds": [Seed(note="mine", config={"THREADS": "N * 2"})]})
@@ -319,7 +319,7 @@ def test_tune_measures_the_seeds_first_after_the_start_tables_pick_and_within_th
     """The spec's seeds are measured in the round before the search, after `--start`'s pick, each
     once; without a start table too; and a budget smaller than them caps that round (the table's
     pick first), leaving the rest to the search."""
-    from astra_kernels.kernels_sglang.schema import Seed
+    from astra_kernels.suite.schema import Seed
 
     best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
     slow, slower = {**best, "UNROLL": 2}, {**best, "UNROLL": 4}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.templating.template import Exclusion, Instance
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.correctness import compare
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.measuring.problem import DEFAULT_TOLERANCES

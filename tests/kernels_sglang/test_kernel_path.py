@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from astra_kernels.cli import main
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 RMSNORM = suite.SUITE_DIR / "rmsnorm"
 
@@ -90,6 +90,18 @@ def test_a_broken_user_folder_fails_alone_and_names_its_file(kernels_path, capsy
     assert main(["kernels"]) == 1
     out = capsys.readouterr().out
     assert "kernel folder my_broken does not load" in out and "my_norm" in out
+
+
+def test_a_folder_written_before_the_suite_code_moved_is_refused_naming_the_new_import(kernels_path):
+    """Folders written before 2026-11-28 import the schema from astra_kernels.kernels_sglang, which
+    holds only data now: the error names the old module, the new one and the line, no shim."""
+    folder = _kernel_folder(kernels_path, "my_norm")
+    spec = folder / "spec.py"
+    spec.write_text(spec.read_text().replace("from astra_kernels.suite.schema import", "from astra_kernels.kernels_sglang.schema import", 1))
+    assert "astra_kernels.kernels_sglang.schema" in spec.read_text()
+    with pytest.raises(suite.KernelFolderError, match=r"my_norm/spec.py:\d+: imports astra_kernels.kernels_sglang.schema, "
+                       r"which moved to astra_kernels.suite.schema on 2026-11-28 .*change the import"):
+        suite.load("my_norm")
 
 
 def test_a_path_that_is_not_a_directory_is_one_line(tmp_path, monkeypatch, capsys):

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.kernels_sglang.merge_attn_states import reference as ref
 from astra_kernels.kernels_sglang.merge_attn_states.spec import SPEC
-from astra_kernels.kernels_sglang.schema import KernelSpec
+from astra_kernels.suite.schema import KernelSpec
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.templating.template import Exclusion, Instance
 

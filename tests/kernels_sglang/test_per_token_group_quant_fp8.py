@@ -8,8 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.schema import KernelSpec
+from astra_kernels import suite
+from astra_kernels.suite.schema import KernelSpec
 from astra_kernels.tools.measuring.correctness import compare
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from astra_kernels.tools.templating.template import Exclusion

@@ -14,7 +14,8 @@ import pytest
 
 from astra_kernels.jobs import checking
 from astra_kernels.jobs.benchmark import shipped_table
-from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels import suite
+from astra_kernels.suite import tuned_tables
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 pytestmark = pytest.mark.gpu

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.templating.template import Exclusion
 
@@ -25,7 +25,7 @@ def test_unknown_kernel_is_a_clear_error():
 def test_a_row_stride_names_an_integer_scalar_whose_value_is_the_contiguous_stride():
     """ArgSpec.row_stride: a tensor of two or more dimensions, its carrier an integer scalar whose value
     is the product of the tensor's other sizes (what the suite's contiguous runs pass)."""
-    from astra_kernels.kernels_sglang.schema import KernelSpec
+    from astra_kernels.suite.schema import KernelSpec
 
     spec = suite.load("rotary_embedding").spec.model_dump()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from astra_kernels.jobs import checking
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 
 pytestmark = pytest.mark.gpu

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.kernels_sglang.topk_softmax import reference as ref
 from astra_kernels.kernels_sglang.topk_softmax.spec import SPEC
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype

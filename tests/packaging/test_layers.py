@@ -3,7 +3,7 @@ within one layer), no import cycle exists, and every module imports alone in a f
 
 The order, lowest first (a module may import its own layer and the ones below):
   tools.errors < tools.toolchain < tools.measuring | tools.templating < tools.search | tools.cluster
-  < kernels_sglang < defaults, redaction < runtime < jobs, evaluators, testing
+  < suite, kernels_sglang < defaults, redaction < runtime < jobs, evaluators, testing
   < graph.state, graph.context < nodes.shared < nodes < graph < cli
 "|" marks peers that must not import each other; no node imports another node.
 """
@@ -29,7 +29,7 @@ LAYERS = [
     (1, ["tools.toolchain"]),
     (2, ["tools.measuring", "tools.templating"]),
     (3, ["tools.search", "tools.cluster"]),
-    (4, ["kernels_sglang"]),
+    (4, ["suite", "kernels_sglang"]),
     (5, ["", "defaults", "redaction"]),
     (6, ["runtime"]),
     (7, ["jobs", "evaluators", "testing"]),
@@ -42,8 +42,6 @@ LAYERS = [
 ]
 # Same layer, but neither may import the other.
 PEERS = [("tools.measuring", "tools.templating"), ("tools.search", "tools.cluster")]
-# Shims kept at old import paths for launchers written by earlier versions: they point up on purpose.
-SHIMS = {f"{PACKAGE}.kernels_sglang.{m}" for m in ("dispatch", "launcher", "exported")}
 
 
 def _package_dirs() -> dict[str, Path]:
@@ -115,8 +113,6 @@ def test_the_layer_table_covers_every_module():
 def test_every_import_points_down_the_layers():
     wrong = []
     for module, path in sorted(MODULES.items()):
-        if module in SHIMS:
-            continue
         rank, prefix = _layer(module)
         for target, line in _imports(module, path):
             t_rank, t_prefix = _layer(target)
@@ -127,8 +123,6 @@ def test_every_import_points_down_the_layers():
                 wrong.append(f"{where} (a node imports another node: share through nodes/shared/)")
             elif any({prefix, t_prefix} == set(pair) for pair in PEERS):
                 wrong.append(f"{where} (peer layers must not import each other)")
-            elif target in SHIMS:
-                wrong.append(f"{where} (a shim kept for old launchers; import the module it re-exports)")
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
 
 

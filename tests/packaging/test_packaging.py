@@ -175,11 +175,13 @@ def test_the_checkout_s_package_finds_its_subpackages_beside_it(tmp_path):
     editable install's finder can answer instead."""
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import importlib.util, astra_kernels; "
             "print(importlib.util.find_spec('astra_kernels.tools').origin); "
-            "print(importlib.util.find_spec('astra_kernels.kernels_sglang.suite').origin)")
+            "print(importlib.util.find_spec('astra_kernels.kernels_sglang.rmsnorm').origin); "
+            "print(importlib.util.find_spec('astra_kernels.suite').origin)")
     proc = subprocess.run([sys.executable, "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
                           timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(ROOT / "tools" / "__init__.py"), str(ROOT / "kernels_sglang" / "suite.py")]
+    assert proc.stdout.split() == [str(ROOT / "tools" / "__init__.py"), str(ROOT / "kernels_sglang" / "rmsnorm" / "__init__.py"),
+                                   str(ROOT / "astra_kernels" / "suite" / "__init__.py")]
 
 
 # ------------------------------------------------------------- build_wheelhouse.py

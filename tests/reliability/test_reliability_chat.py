@@ -219,7 +219,7 @@ def test_a_transient_429_is_absorbed_by_the_client_retry_and_leaves_no_trace(tmp
 def test_a_model_template_that_takes_the_compiler_forever_is_cut_off_and_the_run_goes_on(tmp_path, monkeypatch):
     """The templater compiles the model's template before accepting it, in a child process under
     a deadline: code that keeps NVRTC busy for minutes is a compile error naming the deadline."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.nodes import templater
     from support.faulty import endless_source
 
@@ -247,7 +247,7 @@ def test_a_model_template_that_compiles_for_ever_at_some_values_is_pruned_there_
     """The default configuration (VEC=8) compiles, so the templater accepts the template; VEC=4
     never finishes: the tuner's space pruning cuts those configurations at the deadline, and the
     search runs over the rest."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.nodes import templater
     from astra_kernels.tools.search import space
     from support.faulty import endless_source

@@ -11,7 +11,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import benchmark
-from astra_kernels.kernels_sglang import recordings
+from astra_kernels.suite import recordings
 
 ROOT = Path(__file__).resolve().parents[2]
 

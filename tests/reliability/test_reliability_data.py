@@ -17,7 +17,8 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.jobs import benchmark
-from astra_kernels.kernels_sglang import suite, tuned_tables
+from astra_kernels import suite
+from astra_kernels.suite import tuned_tables
 
 TUNE = ["tune", "rmsnorm", "--replay", "recorded", "--sample", "2"]
 LOCK = ".astra.lock"  # docs/cli.md: the file a run holds in its output folder

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from astra_kernels import cli
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 RMSNORM = suite.SUITE_DIR / "rmsnorm"
 

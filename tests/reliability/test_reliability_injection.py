@@ -23,7 +23,7 @@ import pytest
 from astra_kernels import cli
 from astra_kernels.jobs import benchmark, tuning
 from astra_kernels.jobs.exporting import cuda_file as export
-from astra_kernels.kernels_sglang import tuned_tables
+from astra_kernels.suite import tuned_tables
 from astra_kernels.tools.errors import UsageError
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import Budget, StoredEvaluator

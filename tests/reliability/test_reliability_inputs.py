@@ -17,7 +17,7 @@ import pytest
 from support.agent_fakes import FakeGPU, ScriptedChatModel, decision
 from astra_kernels import cli
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.templating.expressions import Expression, ExpressionError
 from astra_kernels.tools.templating.template import TemplateError, parse_template

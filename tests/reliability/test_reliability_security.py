@@ -24,7 +24,7 @@ from langgraph.types import Command
 from support.agent_fakes import FakeGPU, ScriptedChatModel, code_answer, decision
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels.graph.checkpoints import CheckpointError, StrictSerializer, sqlite_checkpointer
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from support.reliability_stub import FaultyEndpoint, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +120,7 @@ def test_processes_are_started_by_few_modules_with_argument_lists_free_of_model_
 
 
 def test_dynamic_imports_take_only_names_of_the_suites_own_folders():
-    """suite.py and peers.py import a kernel's modules by name: the name is checked against the
+    """astra_kernels/suite and peers.py import a kernel's modules by name: the name is checked against the
     suite's folders first (and a user's on ASTRA_KERNELS_PATH, whose names must be identifiers),
     and the import is under the suite's package or the user kernels' own, so no text picks a module."""
     sites = []
@@ -133,8 +133,8 @@ def test_dynamic_imports_take_only_names_of_the_suites_own_folders():
                     isinstance(first, ast.Call) and _dotted(first.func) == "_package")), \
                     f"{name}:{node.lineno}: import_module of {ast.unparse(arg)}"
                 sites.append(name)
-    assert sites and set(sites) <= {"kernels_sglang/suite.py", "astra_kernels/jobs/torch_tensors.py"}
-    assert suite._package("rmsnorm") == f"{suite.__package__}.rmsnorm"
+    assert sites and set(sites) <= {"astra_kernels/suite/__init__.py", "astra_kernels/jobs/torch_tensors.py"}
+    assert suite._package("rmsnorm") == "astra_kernels.kernels_sglang.rmsnorm"
     with pytest.raises(suite.UnknownKernelError):
         suite.load("../../os")
 

@@ -10,7 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.correctness import Check
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.toolchain.timing import Timing

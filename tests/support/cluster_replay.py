@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from astra_kernels.jobs import tuning
-from astra_kernels.kernels_sglang import recordings, suite
+from astra_kernels import suite
+from astra_kernels.suite import recordings
 from astra_kernels.tools.measuring.replay import RecordedWorker
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import StoredEvaluator

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from astra_kernels import cli
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 # The versions the importer was written against: sglang pins apache-tvm-ffi==0.1.11.
 SGLANG_PINS = ("sglang==0.5.23", "apache-tvm-ffi==0.1.11")

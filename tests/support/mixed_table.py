@@ -5,7 +5,7 @@ passes it by, as the dispatch table does for any source whose constraints refuse
 
 from __future__ import annotations
 
-from astra_kernels.kernels_sglang import tuned_tables
+from astra_kernels.suite import tuned_tables
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
 REWRITE = """\

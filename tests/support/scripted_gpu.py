@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.toolchain.timing import Timing
 

@@ -70,7 +70,7 @@ def bench_shapes(folder, args) -> list[dict]:
 def run(args) -> int:
     """Time baseline, tuned kernel and PyTorch peers at every shape, against both floors."""
     from astra_kernels.jobs import benchmark
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.measuring.worker import EvaluationWorker
     from astra_kernels.tools.toolchain.driver import gpu_available
 

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     """Compile and test the baseline and a sample of template configurations on the local GPU."""
     from astra_kernels.jobs import checking, new_kernel
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
     from astra_kernels.tools.toolchain.compiler import compile_many
     from astra_kernels.tools.toolchain.driver import gpu_available
@@ -126,7 +126,7 @@ def _tables(args, folder):
     file's (read now, so a wrong path is a one-line error before any work), or those shipped for
     that GPU's kind."""
     from astra_kernels.jobs.benchmark import load_table, shipped_table
-    from astra_kernels.kernels_sglang.tuned_tables import REGIMES
+    from astra_kernels.suite.tuned_tables import REGIMES
     from astra_kernels.tools.errors import AstraError, UsageError
 
     if not args.table:

@@ -45,7 +45,7 @@ def local_headers(source: str, folders: list[Path]) -> dict[str, str]:
     and text: NVRTC is given the text rather than a search path, so a header's text is part of
     the compile cache's key and an edited header is never answered from the cache. Names found
     nowhere are left to NVRTC, which then names them in its error."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     found, todo = {}, _INCLUDE.findall(source)
     while todo:

@@ -33,7 +33,7 @@ def run(args) -> int:
     from astra_kernels.graph import RunContext
     from astra_kernels.graph.agent_eval import evaluate_kernel, write
     from astra_kernels.jobs import outputs
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.nodes.shared.chat import make_chat_model, preflight
     from astra_kernels.tools.errors import AstraError
 

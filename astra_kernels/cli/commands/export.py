@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
     export = sub.add_parser("export", help="a tuned kernel as a standalone .cu, a Python callable and an SGLang guide")
     export.add_argument("source", nargs="?", help="the --out folder of `astra tune` or a dispatch .json "
                                                   "(or none, with --gpu-kind and --kernel)")
-    from astra_kernels.kernels_sglang import tuned_tables
+    from astra_kernels.suite import tuned_tables
 
     export.add_argument("--gpu-kind", help="export the table shipped for this GPU kind "
                                            f"({', '.join(tuned_tables.gpu_kinds())})")
@@ -48,7 +48,7 @@ def run(args) -> int:
 
     from astra_kernels.jobs import outputs
     from astra_kernels.jobs.exporting import cuda_file as export
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     source = export.resolve_source(args.source, args.gpu_kind, args.kernel, args.l2)
     folder = suite.load(source.table.kernel)

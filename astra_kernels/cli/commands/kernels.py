@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     """List the suite: what each kernel computes, its dtypes, variants, shape symbols, shape sets and
     template space."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.errors import AstraError
 
     # One broken folder (a user's own, mid-edit) must not hide the others: each is listed or named.

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from astra_kernels.jobs import new_kernel
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     path_dirs = [d for d in os.environ.get(suite.KERNELS_PATH, "").split(os.pathsep) if d.strip()]
     dest = Path(args.dir or (path_dirs[0] if path_dirs else ".")).expanduser()

@@ -102,7 +102,7 @@ def run(args) -> int:
     """The agent: plan, rewrite or template, test, profile, tune, report, with a checkpoint per step;
     its output folder held for the run, so a second run into it is refused (jobs/outputs.py)."""
     from astra_kernels.jobs import outputs
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
 
     with outputs.held(Path(args.out or f"out/{suite.load(args.kernel).name}-agent"), "optimize"):
         return _optimize(args)
@@ -115,7 +115,7 @@ def _optimize(args) -> int:
     from astra_kernels.graph import RunContext, build_graph, recursion_limit
     from astra_kernels.graph.checkpoints import sqlite_checkpointer
     from astra_kernels.graph.threads import run_thread
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.nodes.reporter import render
     from astra_kernels.nodes.shared.chat import make_chat_model
     from astra_kernels.tools.errors import AstraError, UsageError
@@ -240,7 +240,7 @@ def resume_command(args, thread: str, out: Path) -> str:
 def _on_cluster(args, kernel: str):
     """The cluster's workers of one GPU kind as the agent's evaluator (its measurements are only
     compared within a kind: the kind with the most workers), its compiles on the cluster's CPUs."""
-    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.suite import recordings
     from astra_kernels.tools.cluster.compiling import RayCompileExecutor
     from astra_kernels.tools.toolchain.compiler import compiling_with
 

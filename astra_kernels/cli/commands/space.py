@@ -41,7 +41,7 @@ class _OneShape(argparse.Action):
 
 def run(args) -> int:
     """Show a template's space at one shape shrinking: constraints, compile, hardware limits."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.search.hardware import limits_for
     from astra_kernels.tools.search.space import build_space
     from astra_kernels.tools.toolchain.device import Device

@@ -64,7 +64,7 @@ def run(args) -> int:
     On the local GPU, or replayed from a recorded results store (whose copy in the output folder
     becomes the run's store, so the recording itself is never written); several kernels one after
     another; with --ray, all of them at once over a cluster's GPUs."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.errors import UsageError
 
     check_cluster_arguments(args)
@@ -109,8 +109,8 @@ def _tune_on_cluster(args) -> int:
     has checked each kernel's shapes and dtype)."""
     from astra_kernels.defaults import TUNE_SECONDS
     from astra_kernels.jobs import cluster_tuning
-    from astra_kernels.kernels_sglang import recordings as shipped
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels.suite import recordings as shipped
+    from astra_kernels import suite
     from astra_kernels.tools.measuring.results import ResultsStore
     from astra_kernels.tools.search.runner import Budget
 
@@ -165,7 +165,8 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     from astra_kernels.defaults import TUNE_SECONDS
     from astra_kernels.evaluators import open_evaluator
     from astra_kernels.jobs import tuning
-    from astra_kernels.kernels_sglang import recordings, suite
+    from astra_kernels import suite
+    from astra_kernels.suite import recordings
     from astra_kernels.tools.errors import AstraError
     from astra_kernels.tools.measuring.probes import record_launch_floor
     from astra_kernels.tools.measuring.results import ResultsStore

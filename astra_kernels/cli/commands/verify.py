@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Run a tuned output folder's dispatch table at every shape of the kernel's sets."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.jobs import tuning
     from astra_kernels.tools.measuring.worker import EvaluationWorker
     from astra_kernels.tools.toolchain.driver import gpu_available

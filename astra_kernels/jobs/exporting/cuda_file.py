@@ -35,8 +35,9 @@ from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
 from astra_kernels.tools.templating.template import Build, Exclusion, Template
 
-from astra_kernels.kernels_sglang import suite, tuned_tables
-from astra_kernels.kernels_sglang.schema import INT32_MAX
+from astra_kernels import suite
+from astra_kernels.suite import tuned_tables
+from astra_kernels.suite.schema import INT32_MAX
 from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill

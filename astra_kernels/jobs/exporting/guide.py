@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.jobs.generated_files import fill, md_code, md_text
 from astra_kernels.runtime.export_format import Group, caller_scalars, op_name, row_strides, shape_args, shape_params
 from .torch_op import schema

@@ -18,7 +18,7 @@ from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, to_cpp
 from astra_kernels.tools.toolchain.dtypes import FLOAT_TYPES
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.runtime.export_format import (
     ExportError, c_signature, caller_scalars, op_name, row_strides, rows_apart_allowed, shape_args, shape_params,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from astra_kernels.kernels_sglang.schema import KernelSpec
+from astra_kernels.suite.schema import KernelSpec
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.toolchain.dtypes import numpy_dtype
 from .definition import Definition, DefinitionError, parse_definition

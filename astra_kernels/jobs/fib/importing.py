@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from astra_kernels.kernels_sglang import suite
-from astra_kernels.kernels_sglang.schema import KernelSpec
+from astra_kernels import suite
+from astra_kernels.suite.schema import KernelSpec
 from astra_kernels.jobs.generated_files import fill
 from astra_kernels.tools.templating.expressions import FUNCTIONS
 from astra_kernels.tools.toolchain.dtypes import C_TYPES, numpy_dtype

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from astra_kernels import __version__
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.runtime.export_format import ExportError, c_signature, shape_params, tensor_symbols
 from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp

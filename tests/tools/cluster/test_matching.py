@@ -289,7 +289,7 @@ def test_a_cluster_draws_each_problem_ahead_on_one_worker_and_sends_its_evaluati
     draws it ahead; match then sends the problem's evaluations to it; a problem a worker already
     holds stays with it; until its first evaluation, a waiter for a busy drawer may steal after the
     estimated draw time; a replay's pool hands out nothing."""
-    from astra_kernels.kernels_sglang import suite
+    from astra_kernels import suite
     from astra_kernels.tools.cluster import pool as pool_module
     from astra_kernels.tools.measuring.draws import draw_bytes
 

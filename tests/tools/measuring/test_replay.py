@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from astra_kernels import cli
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.jobs import tuning
 from astra_kernels.tools.errors import AstraError, WorkerError
 from astra_kernels.tools.search.space import REPLAY_REASON
@@ -91,7 +91,7 @@ def test_the_shipped_recordings_replay(tmp_path):
     import json
     from pathlib import Path
 
-    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.suite import recordings
 
     root = Path(__file__).resolve().parents[3]
     recording = recordings.resolve("recorded", "rmsnorm")
@@ -107,7 +107,7 @@ def test_the_shipped_recordings_replay(tmp_path):
 
 
 def test_recorded_names_the_shipped_store_and_unknown_ones_say_what_exists(tmp_path):
-    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.suite import recordings
 
     path = recordings.resolve("recorded", "rmsnorm")
     assert path.is_file() and path.parent.name == "h200-2026-11-28"
@@ -123,7 +123,7 @@ def test_the_newest_recording_is_the_latest_date_whatever_the_gpu(tmp_path, monk
     """`--replay recorded` takes the latest day's recording: an h100 one of a later day is newer
     than an h200 one of an earlier day, though "h100-..." sorts first by name; a day's second
     session (a letter after the date) is newer than its first, older than the next day's."""
-    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.suite import recordings
 
     for session in ("h200-2026-11-26", "h100-2026-11-26b", "h100-2026-11-27", "h200-2026-11-23", "h100-2026-11-20"):
         (tmp_path / session).mkdir()
@@ -218,7 +218,7 @@ def test_every_shipped_recording_says_its_gpu_s_launch_floor_and_where_it_was_me
     """scripts/device_facts.py gave the older shipped recordings the launch floor astra bench measured
     on their GPU kind the day they were recorded (their runs kept none), saying so; a newer run
     measured its own beside its results (probes.record_launch_floor), saying that."""
-    from astra_kernels.kernels_sglang import recordings
+    from astra_kernels.suite import recordings
 
     for recording in [r for r in recordings.shipped() if r.kernel == kernel]:
         worker = ReplayWorker.from_recording(recording.path, tmp_path / f"{recording.session}.sqlite")

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult, LaunchShape
 from astra_kernels.tools.measuring.probes import copy_request

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import Budget, StoredEvaluator, search

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.toolchain.nvrtc import CompileOptions
 from astra_kernels.tools.errors import UnknownArchError
 from astra_kernels.tools.search.hardware import limits_for, occupancy, prune_reason

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.templating.expressions import Expression, ExpressionError
 from astra_kernels.tools.templating.expressions_cpp import HELPERS, TranslationError, to_cpp
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from astra_kernels.jobs import benchmark
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.toolchain import pdl
 from astra_kernels.tools.measuring import probes

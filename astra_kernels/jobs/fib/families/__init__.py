@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from astra_kernels.kernels_sglang import suite
+from astra_kernels import suite
 
 FAMILIES_DIR = Path(__file__).parent
 EPS_CANDIDATES = (1e-6, 1e-5, 1e-8, 1e-12, 1e-3)  # what norms use, commonest first

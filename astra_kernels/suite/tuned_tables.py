@@ -14,11 +14,12 @@ lives: `astra bench` reads the table of the GPU it runs on and the regime it tim
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from astra_kernels.tools.measuring.regimes import L2_REGIMES
 
-TUNED_DIR = Path(__file__).parent / "tuned"
+TUNED_DIR = Path(str(resources.files("astra_kernels.kernels_sglang").joinpath("tuned")))  # data, in kernels_sglang/
 REGIMES = L2_REGIMES  # cold tables sit in the kind's folder itself, warm ones in its warm/
 
 

@@ -1,6 +1,8 @@
 """The suite: kernel folders loaded, and turned into concrete problems and evaluation requests.
 
-Each folder under kernels_sglang/ holds spec.py (a KernelSpec named SPEC), reference.py
+The shipped folders are data (kernels_sglang/, with the tuned tables and recordings); the code that
+reads them is this package: the loader and request builder here, the spec schema (schema.py), the
+shipped tables' lookup (tuned_tables.py) and the recordings' (recordings.py). Each folder holds spec.py (a KernelSpec named SPEC), reference.py
 (`make_inputs` and the float64 `reference`), baseline.cu and template.cu. This module is the one
 place that knows that layout, so it is also where a folder that breaks it is named: a missing
 file, a spec.py that does not import or validate, a template that does not parse, each as a
@@ -38,9 +40,11 @@ from astra_kernels.tools.templating.expressions import Expression
 from astra_kernels.tools.measuring.problem import Case, Param, Problem
 from astra_kernels.tools.templating.template import Exclusion, Instance, Template, parse_template
 
+import astra_kernels.kernels_sglang as _shipped
+
 from .schema import KERNEL_DTYPE, KernelSpec
 
-SUITE_DIR = Path(__file__).parent
+SUITE_DIR = Path(_shipped.__file__).parent  # the shipped kernel folders: data, in kernels_sglang/
 COMMON_HEADER = "common.cuh"
 KERNELS_PATH = "ASTRA_KERNELS_PATH"  # a user's kernel directories, os.pathsep between them
 USER_PACKAGE = "astra_user_kernels"  # what a user's kernel folder is imported as: USER_PACKAGE.<name>
@@ -137,7 +141,7 @@ def load(name: str) -> KernelFolder:
     path = folder_path(name)
     spec = getattr(_module(name, "spec"), "SPEC", None)
     if not isinstance(spec, KernelSpec):
-        raise KernelFolderError(f"{path / 'spec.py'}: defines no SPEC (a KernelSpec from kernels_sglang/schema.py)")
+        raise KernelFolderError(f"{path / 'spec.py'}: defines no SPEC (a KernelSpec from astra_kernels.suite.schema)")
     if spec.name != name:
         raise KernelFolderError(f"{path / 'spec.py'}: SPEC.name is {spec.name!r}, but the folder is {name!r}")
     reference = _module(name, "reference")
@@ -174,7 +178,7 @@ def _package(name: str) -> str:
     folder USER_PACKAGE.<name>, made here with the folder as its path."""
     folder = folder_path(name)
     if folder.parent.resolve() == SUITE_DIR.resolve():
-        return f"{__package__}.{name}"
+        return f"{_shipped.__name__}.{name}"
     if USER_PACKAGE not in sys.modules:
         root = ModuleType(USER_PACKAGE, "a user's kernel folders (ASTRA_KERNELS_PATH), one subpackage each")
         root.__path__ = []
@@ -208,6 +212,11 @@ def _module(name: str, module: str) -> ModuleType:
         here = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
                 if Path(f.filename).resolve() == path.resolve()]
         line = f":{here[-1]}" if here else ""
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith(f"{_shipped.__name__}."):
+            moved = exc.name.replace(_shipped.__name__, __name__, 1)
+            raise KernelFolderError(f"{path}{line}: imports {exc.name}, which moved to {moved} on 2026-11-28 "
+                                    f"(the shipped folders are data; the code that reads them is {__name__}): "
+                                    "change the import") from exc
         raise KernelFolderError(f"{path}{line}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -27,7 +27,7 @@ class Recording:
 
 
 def _root() -> Path:
-    return Path(str(resources.files(__package__).joinpath(PREFIX)))
+    return Path(str(resources.files("astra_kernels.kernels_sglang").joinpath(PREFIX)))
 
 
 def _age(session: Path) -> tuple[str, str, str]:
