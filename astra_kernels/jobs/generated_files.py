@@ -2,6 +2,7 @@
 (as the agent's prompts are) rather than as strings in the code that fills them in:
 
     export_pick.cu.in       the exported .cu's shape-to-kernel pick (KERNEL: the kernel's name)
+    export_launch_api.cpp.in  the exported .cu's C API: last_error, pick and launch (@FIELD@ placeholders)
     export_torch_op.cpp.in  the exported kernel as a PyTorch custom op (@FIELD@ placeholders)
     export_launch.py.in     `astra export`'s <kernel>_launch.py (str.format fields)
     tuned_launcher.py.in    `astra tune`'s launcher.py (str.format fields)

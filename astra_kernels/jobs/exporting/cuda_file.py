@@ -632,51 +632,22 @@ def _values(config: dict[str, int], names: list[str]) -> str:
 
 
 def _c_api(table, folder, signature, carriers, host) -> list[str]:
+    """The file's C API (`<kernel>_last_error`, `_pick`, `_launch`): generated/export_launch_api.cpp.in
+    with the kernel's signature, the shape it reads from the arguments and its outputs' sizes in."""
     spec = folder.spec
-    k = table.kernel
-    params = ", ".join(f"{t} {n}" for t, n in launch_signature(spec, table.dtype))
-    shape = ", ".join(f"(ax_int){carriers[s]}" for s in spec.symbols)
-    out = [f'extern "C" const char* {k}_last_error(void) {{ return {host}::last_error; }}', "",
-           f'extern "C" int {k}_pick(const long long* shape, int sms, int sm, {k}_plan* plan) {{',
-           f"    return {host}::pick(shape, sms, sm, plan);", "}", "",
-           f'extern "C" cudaError_t {k}_launch({params}, cudaStream_t stream) {{',
-           f"    using namespace {host};",
-           f"    const ax_int shape[{len(spec.symbols)}] = {{{shape}}};",
-           "    {  // nothing to compute when every output is empty (an idle batch)",
-           "        int err = 0;", "        ax_int elements = 0;"]
-    out += [f"        const ax_int {_v(s)} = shape[{i}]; (void){_v(s)};" for i, s in enumerate(spec.symbols)]
-    out.append(f"        const ax_int {_v('ELEM_BYTES')} = {numpy_dtype(table.dtype).itemsize}; (void){_v('ELEM_BYTES')};")
+    sizes = [f"        const ax_int {_v(s)} = shape[{i}]; (void){_v(s)};" for i, s in enumerate(spec.symbols)]
+    sizes.append(f"        const ax_int {_v('ELEM_BYTES')} = {numpy_dtype(table.dtype).itemsize}; (void){_v('ELEM_BYTES')};")
     for arg in spec.args:
         if arg.role in ("out", "inout"):
             count = "1LL"
             for dim in arg.shape:
                 count = f"ax_mul(err, {count}, {_cpp(Expression(dim), f'{arg.name} shape')})"
-            out.append(f"        elements = ax_add(err, elements, ax_abs(err, {count}));")
-    out += ["        if (!err && elements == 0) return remember(cudaSuccess, \"\");", "    }",
-            "    int device = 0, sms = 0, major = 0, minor = 0;",
-            "    cudaError_t status = cudaGetDevice(&device);",
-            "    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);",
-            "    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);",
-            "    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);",
-            "    if (status != cudaSuccess) return remember(status, cudaGetErrorString(status));",
-            f"    {k}_plan plan;",
-            "    if (cached_pick(shape, sms, major * 10 + minor, &plan) != 0) return remember(cudaErrorInvalidValue, plan.error);",
-            "    if (plan.instance < 0) {",
-            "        char label[128], message[640];",
-            "        shape_label(shape, label, sizeof label);",
-            f"        snprintf(message, sizeof message, \"{k}: this file has no kernel for the pick at %s (%s); \"",
-            "                 \"export it again with --shapes %s\", label, plan.picked_by, label);",
-            "        return remember(cudaErrorNotSupported, message);", "    }",
-            "    const void* kernel = kernel_address(plan.instance);",
-            f"    if (plan.shared_bytes > {STATIC_SHARED_LIMIT}) {{",
-            "        status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan.shared_bytes);",
-            "        if (status != cudaSuccess) return remember(status, cudaGetErrorString(status));", "    }",
-            f"    void* args[] = {{{', '.join(f'(void*)&{n}' for _, n in signature)}}};",
-            "    status = cudaLaunchKernel(kernel, dim3(plan.grid[0], plan.grid[1], plan.grid[2]),",
-            "                              dim3(plan.block[0], plan.block[1], plan.block[2]), args,",
-            "                              (size_t)plan.shared_bytes, stream);",
-            "    return remember(status, status == cudaSuccess ? \"\" : cudaGetErrorString(status));", "}"]
-    return out
+            sizes.append(f"        elements = ax_add(err, elements, ax_abs(err, {count}));")
+    return fill("export_launch_api.cpp.in", KERNEL=table.kernel, HOST=host,
+                PARAMS=", ".join(f"{t} {n}" for t, n in launch_signature(spec, table.dtype)),
+                SYMBOL_COUNT=len(spec.symbols), SHAPE=", ".join(f"(ax_int){carriers[s]}" for s in spec.symbols),
+                OUTPUT_ELEMENTS="\n".join(sizes), STATIC_SHARED_LIMIT=STATIC_SHARED_LIMIT,
+                ARGUMENTS=", ".join(f"(void*)&{n}" for _, n in signature)).rstrip("\n").splitlines()
 
 
 # --- the folder -------------------------------------------------------------------------------
