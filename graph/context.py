@@ -3,7 +3,8 @@
 Every field has a default and plain values, so LangGraph Studio can offer it as a form and the
 CLI as flags. Some fields take objects for programmatic use: `chat_model` (any LangChain chat
 model, e.g. a scripted one in tests; `planner_chat_model` and `coder_chat_model` per role) and `evaluator` (anything with `device` and
-`evaluate(request)`, e.g. an EvaluationWorker the caller owns). Left empty they are built from
+`evaluate(request)`, e.g. an EvaluationWorker the caller owns) and `session` (an EvaluatorSession
+whose workers and stores the run borrows: the process's when empty). Left empty they are built from
 `model` / `base_url` and from `replay` or `gpu`: `replay` is the plain-value way to run without a
 GPU, for clients that cannot pass objects (LangGraph Studio, the server's REST API). The
 context is not checkpointed, so an API key passed in a model object never reaches a checkpoint.
@@ -77,6 +78,9 @@ class RunContext:
     planner_chat_model: Any = None
     coder_chat_model: Any = None
     evaluator: Any = None
+    # The EvaluatorSession (astra_kernels/evaluators.py) whose workers, replays and results stores
+    # the run borrows; None: the process's, which every run given none shares.
+    session: Any = None
 
     def has_model(self, role: str) -> bool:
         """Whether the role ("planner" or "coder") has a model: its own object or name, else the run's."""
@@ -87,7 +91,7 @@ class RunContext:
 STUDIO_ROOT = "ASTRA_STUDIO_ROOT"  # the folder a served run may read and write under (default: the working directory)
 STUDIO_MODEL_HOSTS = "ASTRA_STUDIO_MODEL_HOSTS"  # hosts besides this machine a served run may send requests to
 _RECORDED = re.compile(r"recorded(:[A-Za-z0-9][A-Za-z0-9_-]*)?\Z")
-_OBJECTS = ("chat_model", "planner_chat_model", "coder_chat_model", "evaluator")
+_OBJECTS = ("chat_model", "planner_chat_model", "coder_chat_model", "evaluator", "session")
 
 
 @dataclass

@@ -3,23 +3,16 @@
 A candidate is a kernel in the template format (tools/templating/template.py), so the baseline, a
 direct rewrite (a template without parameters) and a tuned template all become evaluation requests
 the same way, and every evaluation goes through the results store: a resumed run measures nothing
-twice. The evaluator is the context's, else one astra_kernels.evaluators opens (a replay of the
-context's `replay` recording, else one EvaluationWorker per GPU), built once per process and kept
-by it (a server runs many graphs), so nodes only borrow them.
+twice. The evaluator is the context's, else its EvaluatorSession's (astra_kernels/evaluators.py:
+a replay of the context's `replay` recording, else one EvaluationWorker per GPU; the context's
+session, else the process's, since a server runs many graphs), so nodes only borrow them.
 """
 
 from __future__ import annotations
 
-import atexit
-import threading
-from pathlib import Path
-
-from astra_kernels.evaluators import open_evaluator, replayed
+from astra_kernels.evaluators import EvaluatorSession, process_session, replayed
 from astra_kernels import suite
-from astra_kernels.suite import recordings
 from astra_kernels.tools.errors import AstraError
-from astra_kernels.tools.measuring.replay import ReplayWorker
-from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.measuring.probes import record_launch_floor
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S, EvaluationWorker
 from astra_kernels.tools.cluster.pool import LOST_RETRIES, KindView
@@ -30,14 +23,13 @@ from astra_kernels.tools.templating.template import Exclusion, Template, Templat
 
 from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement
 
-_WORKERS: dict[int, object] = {}
-_STORES: dict[str, ResultsStore] = {}
-_REPLAYS: dict[str, tuple[Path, ReplayWorker]] = {}  # results path: (recording, its replay)
-_REPLAYS_LOCK = threading.Lock()  # a server runs graphs on several threads at once
+def session(context) -> EvaluatorSession:
+    """The evaluator session the run borrows from: the context's, else this process's."""
+    return context.session if context.session is not None else process_session()
 
 
 def evaluator(context, kernel: str):
-    """The context's evaluator, else a replay of `context.replay`, else this process's worker on
+    """The context's evaluator, else a replay of `context.replay`, else the session's worker on
     the context's GPU. An evaluator handed over unstarted (`EvaluationWorker()` in a notebook)
     knows its device only once started, and the nodes read the device before evaluating: it is
     started here."""
@@ -48,36 +40,10 @@ def evaluator(context, kernel: str):
             context.evaluator.start()
         return context.evaluator
     if context.replay:
-        return _replay(context, kernel)
-    if context.gpu not in _WORKERS:
-        worker = open_evaluator(kernel, context.results, gpu=context.gpu, needs=(
-            "the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
-            "(pass an evaluator in the context to run it against recorded results)"))
-        worker.start()
-        atexit.register(worker.close)
-        _WORKERS[context.gpu] = worker
-    return _WORKERS[context.gpu]
-
-
-def _replay(context, kernel: str) -> ReplayWorker:
-    """The replay whose working copy is `context.results`, copied from the recording once per
-    process: later runs (and a resumed one) reuse it. Another recording is refused that path
-    rather than replacing a store an open connection or a concurrent run is reading."""
-    recording = recordings.resolve(context.replay, kernel).resolve()
-    with _REPLAYS_LOCK:
-        if context.results in _REPLAYS:
-            held, worker = _REPLAYS[context.results]
-            if held != recording:
-                raise AstraError(f"{context.results} is this process's working copy of {held}; replaying "
-                                 f"{recording} needs another results path")
-            return worker
-        if context.results in _STORES:
-            raise AstraError(f"{context.results} is already this process's store of runs with another "
-                             f"evaluator; replaying {recording} needs another results path")
-        worker = open_evaluator(kernel, context.results, replay=recording)
-        atexit.register(worker.close)
-        _REPLAYS[context.results] = (recording, worker)
-        return worker
+        return session(context).replay(kernel, context.results, context.replay)
+    return session(context).worker(kernel, context.results, context.gpu, needs=(
+        "the agent measures kernels, so it needs an NVIDIA GPU; none is visible here "
+        "(pass an evaluator in the context to run it against recorded results)"))
 
 
 def parallelism(context, kernel: str) -> int:
@@ -88,10 +54,7 @@ def parallelism(context, kernel: str) -> int:
 
 def stored_evaluator(context, kernel: str) -> StoredEvaluator:
     worker = evaluator(context, kernel)
-    if context.results not in _STORES:
-        _STORES[context.results] = store = ResultsStore(context.results)
-        atexit.register(store.close)
-    return StoredEvaluator(worker, _STORES[context.results], run_id="agent")
+    return StoredEvaluator(worker, session(context).store(context.results), run_id="agent")
 
 
 def parse_candidate(kernel: str, source: str) -> Template:
