@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import weakref
 from pathlib import Path
 from typing import Literal
 
@@ -95,6 +96,7 @@ class EvaluatorSession:
             if results in self._stores:
                 raise AstraError(f"{results} is already this process's store of runs with another "
                                  f"evaluator; replaying {recording} needs another results path")
+            self._claim(results, "replay")
             worker = open_evaluator(kernel, results, replay=recording)
             self._replays[results] = (recording, worker)
             return worker
@@ -103,14 +105,33 @@ class EvaluatorSession:
         """The results store at `results`, opened once."""
         with self._lock:
             if results not in self._stores:
+                self._claim(results, "store")
                 self._stores[results] = ResultsStore(results)
             return self._stores[results]
+
+    def _claim(self, results: str, how: str) -> None:
+        """Mark `results` as this session's replay working copy or store. A replay's copy is made by
+        replacing the file, so no other session of the process may use that path while this one
+        does, as a replay or as a store (two stores of one path are two SQLite connections: safe)."""
+        key = str(Path(results).resolve())
+        with _CLAIMS_LOCK:
+            held = [(ref, kind) for ref, kind in _CLAIMS.get(key, []) if ref() is not None]
+            for ref, kind in held:
+                if ref() is not self and "replay" in (how, kind):
+                    raise AstraError(f"{results} is the {'working copy of a replay' if kind == 'replay' else 'results store'}"
+                                     " of another evaluator session of this process; give this run another results path")
+            _CLAIMS[key] = [*held, (weakref.ref(self), how)]
 
     def close(self) -> None:
         """Close every worker, replay and store it opened; it may be used again after."""
         with self._lock:
             opened = [*self._workers.values(), *(w for _, w in self._replays.values()), *self._stores.values()]
             self._workers, self._replays, self._stores = {}, {}, {}
+        with _CLAIMS_LOCK:
+            for key in list(_CLAIMS):
+                _CLAIMS[key] = [(ref, kind) for ref, kind in _CLAIMS[key] if ref() not in (None, self)]
+                if not _CLAIMS[key]:
+                    del _CLAIMS[key]
         for thing in opened:
             thing.close()
 
@@ -121,6 +142,9 @@ class EvaluatorSession:
         self.close()
 
 
+# A results path (resolved): the sessions using it, and how ("replay" or "store"); see _claim.
+_CLAIMS: dict[str, list[tuple[weakref.ref, str]]] = {}
+_CLAIMS_LOCK = threading.Lock()
 _PROCESS_SESSION: EvaluatorSession | None = None
 _PROCESS_LOCK = threading.Lock()
 

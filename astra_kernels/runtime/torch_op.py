@@ -5,8 +5,8 @@ What `astra export` wrote is built as written: `<kernel>.cu` with nvcc, one obje
 CUDA implementation: jobs/exporting/torch_op.py) against PyTorch's headers, linked into one shared
 library that torch.ops.load_library registers. The library is cached by the hash of everything that
 goes into it (the three sources' code, the flags, nvcc's and PyTorch's versions) under the compile
-cache's folder; comment lines are left out of the hash, since an export's header names when and by
-which command it was written: two exports of one table are one library, so a process may load the
+cache's folder; the sources' leading comment blocks are left out of the hash, since an export's
+header names when and by which command it was written: two exports of one table are one library, so a process may load the
 op from either (an op name is registered once a process, runtime `load`), so a process after the first loads it in milliseconds; it is built in a temporary
 folder and moved into place whole, so a build that fails or is stopped leaves nothing half-written.
 
@@ -65,8 +65,12 @@ def _writes_in_place(*args, **kwargs) -> None:
 
 
 def _code(text: str) -> str:
-    """A source without its comment lines: what the compiler sees of it, for the cache key."""
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+    """A source without its leading comment block (the export's header, which names when and by
+    which command it was written), for the cache key. Only the leading block: a comment line
+    further down may end in a backslash that splices the next line into it, or sit inside a macro."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("//")), len(lines))
+    return "\n".join(lines[start:])
 
 
 def build(folder: str | Path) -> Path:

@@ -195,6 +195,24 @@ def _package(name: str) -> str:
     return full
 
 
+# The modules that left kernels_sglang/ on 2026-11-28, by their old names: a folder written before
+# imports them there (`astra new` wrote `from astra_kernels.kernels_sglang.schema import ...`).
+MOVED = {f"{_shipped.__name__}.{old}": new for old, new in (
+    ("suite", __name__), ("schema", f"{__name__}.schema"), ("recordings", f"{__name__}.recordings"),
+    ("tuned_tables", f"{__name__}.tuned_tables"))}
+
+
+def _moved_import(exc: BaseException) -> str | None:
+    """The old name a failed import used, where it is one of MOVED's: `import` / `from X import`
+    of a moved module (ModuleNotFoundError naming it), or `from astra_kernels.kernels_sglang import
+    schema` (an ImportError of the package naming the module)."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name in MOVED:
+        return exc.name
+    if isinstance(exc, ImportError) and exc.name == _shipped.__name__:
+        return next((old for old in MOVED if f"cannot import name '{old.rsplit('.', 1)[1]}'" in str(exc)), None)
+    return None
+
+
 def _module(name: str, module: str) -> ModuleType:
     """A kernel folder's Python file, imported; whatever stops it names the file and line."""
     path = folder_path(name) / f"{module}.py"
@@ -212,9 +230,8 @@ def _module(name: str, module: str) -> ModuleType:
         here = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
                 if Path(f.filename).resolve() == path.resolve()]
         line = f":{here[-1]}" if here else ""
-        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith(f"{_shipped.__name__}."):
-            moved = exc.name.replace(_shipped.__name__, __name__, 1)
-            raise KernelFolderError(f"{path}{line}: imports {exc.name}, which moved to {moved} on 2026-11-28 "
+        if old := _moved_import(exc):
+            raise KernelFolderError(f"{path}{line}: imports {old}, which moved to {MOVED[old]} on 2026-11-28 "
                                     f"(the shipped folders are data; the code that reads them is {__name__}): "
                                     "change the import") from exc
         raise KernelFolderError(f"{path}{line}: {type(exc).__name__}: {exc}") from exc

@@ -120,7 +120,11 @@ def test_a_real_model_drives_optimize_end_to_end_and_the_thread_resumes(tmp_path
         # One round: its planner's three requests (an answer cut off at the cap, asked again with a
         # larger one, then a repair) are about 100 s of this model on 2 cores; a second round asked
         # the same three again (97 s on 2026-11-28) and proved nothing the scripted tests do not.
+        # The tune action searches a seeded sample of 40 configurations, each answered at once by the
+        # replay: both runs below measure all of it within 20 s, so a loaded machine cannot end one
+        # search earlier than the other (the comparison with search alone is exact).
         budget = ["--rounds", "1", "--retries", "1", "--tune-seconds", "20", "--wall-seconds", "1800"]
+        budget += ["--tune-sample", "40"] if has_flag("--tune-sample") else []
         short = list(budget)
         short += ["--candidates", str(CANDIDATES)] if has_flag("--candidates") else []
         short += ["--max-tokens", str(MAX_TOKENS)] if has_flag("--max-tokens") else []

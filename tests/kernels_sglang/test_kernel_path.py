@@ -102,6 +102,17 @@ def test_a_folder_written_before_the_suite_code_moved_is_refused_naming_the_new_
     with pytest.raises(suite.KernelFolderError, match=r"my_norm/spec.py:\d+: imports astra_kernels.kernels_sglang.schema, "
                        r"which moved to astra_kernels.suite.schema on 2026-11-28 .*change the import"):
         suite.load("my_norm")
+    spec.write_text(spec.read_text().replace("from astra_kernels.kernels_sglang.schema import",
+                                             "from astra_kernels.kernels_sglang import suite\nfrom astra_kernels.suite.schema import", 1))
+    suite.load.cache_clear()
+    with pytest.raises(suite.KernelFolderError, match=r"imports astra_kernels.kernels_sglang.suite, which moved to "
+                       r"astra_kernels.suite on"):
+        suite.load("my_norm")
+    spec.write_text(spec.read_text().replace("from astra_kernels.kernels_sglang import suite\n",
+                                             "from astra_kernels.kernels_sglang import nosuch\n", 1))
+    suite.load.cache_clear()
+    with pytest.raises(suite.KernelFolderError, match=r"spec.py:\d+: ImportError: cannot import name 'nosuch'"):
+        suite.load("my_norm")  # not a moved module: the import's own error
 
 
 def test_a_path_that_is_not_a_directory_is_one_line(tmp_path, monkeypatch, capsys):

@@ -127,7 +127,7 @@ def test_a_define_takes_only_an_identifier_and_an_integer():
 @pytest.mark.parametrize("field, value", [
     ("out", "/etc/astra"), ("out", "../outside"), ("results", "sub/../../outside.sqlite"),
     ("replay", "/tmp/elsewhere.sqlite"), ("replay", "recorded:../../x"),
-    ("base_url", "http://attacker.example/v1"), ("evaluator", {"device": "x"}),
+    ("base_url", "http://attacker.example/v1"), ("evaluator", {"device": "x"}), ("session", {"x": 1}),
 ])
 def test_studios_server_refuses_a_context_outside_its_working_root(tmp_path, monkeypatch, field, value):
     """The graph `langgraph dev` serves (langgraph.json) takes the context as a client's JSON: a web

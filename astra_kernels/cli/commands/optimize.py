@@ -59,6 +59,10 @@ def add_agent_arguments(parser) -> None:
                              "(inputs resident, as in decode)")
     parser.add_argument("--tune-seconds", type=positive_seconds, default=defaults.tune_seconds,
                         help=f"search time per tune action (default {defaults.tune_seconds:g})")
+    parser.add_argument("--tune-sample", type=positive_int, metavar="N",
+                        help="each tune action searches a seeded sample of N configurations of the space (with the "
+                             "start table's picks), so a search that measures them all ends the same on a loaded "
+                             "machine as on an idle one (default: the whole space)")
     parser.add_argument("--no-search-floor", dest="search_floor", action="store_false",
                         help="start from the baseline alone, without first measuring the table shipped for this GPU "
                              "(the search floor every candidate otherwise competes with)")
@@ -77,7 +81,7 @@ def agent_settings(args) -> dict:
         **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
         candidates=args.candidates, timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds,
         retries=args.retries, wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2,
-        tune_seconds=args.tune_seconds, gpu=args.gpu, search_floor=args.search_floor, nsight=args.nsight)
+        tune_seconds=args.tune_seconds, tune_sample=args.tune_sample, gpu=args.gpu, search_floor=args.search_floor, nsight=args.nsight)
 
 
 def add_parser(sub) -> None:
