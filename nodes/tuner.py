@@ -74,6 +74,13 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             floor_us=state["front"].get(shaped.label, {}).get("floor_us"),
             registers=trial.registers if trial else None,
             occupancy_blocks_per_sm=trial.occupancy_blocks_per_sm if trial else None))
+    if any(m.status == "ok" for m in measurements):
+        # a shape where no configuration of the search ran at all (a sample's all excluded there) is one
+        # this template does not serve, not one it got wrong; where no shape ran, the template is wrong
+        # (below: back to the templater, with why nothing was left to measure)
+        ran = {s.label for s in report.shapes if s.search.trials}
+        measurements = [m.model_copy(update={"status": "excluded"}) if m.status == "incorrect" and m.label not in ran
+                        else m for m in measurements]
     measured = sum(t.status != "unrecorded" for s in report.shapes for t in s.search.trials)
     template = state.get("candidate") or {}
     candidate = Candidate(id=next_candidate_id(state), origin="tune", source=source, configs=configs, measurements=measurements,
@@ -99,7 +106,11 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
                              model_template=source != suite.load(state["kernel"]).template.source)
     if candidate.verdict != "passed":
         return {**failed(state, candidate, "tuner"), "tuned": tuned, "search_seconds": searched_s}
-    line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; geometric mean {candidate.geomean_us():.2f} us")
+    geomean, timed = candidate.geomean_us(), candidate.times()
+    # a shape where no configuration of the search (a --tune-sample, say) was correct is one it does not win
+    line = say("tuner", f"candidate {candidate.id}: {candidate.rationale}; " + (
+        f"geometric mean {geomean:.2f} us" if geomean is not None else
+        f"measured at {len(timed)} of {len(measurements)} shapes ({', '.join(timed) or 'none'})"))
     return {"candidate": candidate.model_dump(), "tuned": tuned, "events": [line], "search_seconds": searched_s,
             "tuning": {"source_key": template_key(source), "space": candidate.message, "configs": configs}}
 

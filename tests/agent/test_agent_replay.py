@@ -54,3 +54,20 @@ def test_optimize_json_is_the_report_alone_on_stdout(tmp_path, capsys):
 def test_optimize_replay_of_a_missing_store_says_so(tmp_path, capsys):
     assert cli.main(["optimize", "rmsnorm", "--replay", str(tmp_path / "none.sqlite"), "--out", str(tmp_path)]) == 2
     assert "no results store at" in capsys.readouterr().out
+
+
+def test_a_tune_sample_that_runs_nowhere_at_some_shapes_leaves_them_to_others(tmp_path):
+    """`--tune-sample 30` over rmsnorm's recording: at three of the eight shapes no configuration of
+    the sample runs (the replay answers none of them), so the search has no time there. Those shapes
+    are not the template's to win (excluded), not a failure of it, and the run ends with its report
+    (it stopped with a TypeError formatting a missing geometric mean before 2026-11-28)."""
+    out = tmp_path / "out"
+    code = cli.main(["optimize", "rmsnorm", "--replay", "recorded", "--rounds", "2", "--tune-sample", "30",
+                     "--out", str(out), "--store", str(tmp_path / "results.sqlite")])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    tuned = next(e for e in report["events"] if e.startswith("tuner: candidate"))
+    assert "measured at 5 of 8 shapes" in tuned, tuned
+    judged = next(e for e in report["events"] if e.startswith("profiler: candidate 2"))
+    assert "128x11008 excluded" in judged and "incorrect" not in judged, judged
+    assert all(row["best_us"] for row in report["shapes"])  # every shape still has its best kernel
