@@ -5,10 +5,11 @@ What `astra export` wrote is built as written: `<kernel>.cu` with nvcc, one obje
 CUDA implementation: jobs/exporting/torch_op.py) against PyTorch's headers, linked into one shared
 library that torch.ops.load_library registers. The library is cached by the hash of everything that
 goes into it (the three sources' code, the flags, nvcc's and PyTorch's versions) under the compile
-cache's folder; the sources' leading comment blocks are left out of the hash, since an export's
-header names when and by which command it was written: two exports of one table are one library, so a process may load the
-op from either (an op name is registered once a process, runtime `load`), so a process after the first loads it in milliseconds; it is built in a temporary
-folder and moved into place whole, so a build that fails or is stopped leaves nothing half-written.
+cache's folder, so a process after the first loads it in milliseconds. The sources' leading comment
+blocks are left out of the hash: an export's header names when and by which command it was written,
+and two exports of one table must be one library, since a process registers an op name once
+(`load`) and may load it from either. It is built in a temporary folder and moved into place whole,
+so a build that fails or is stopped leaves nothing half-written.
 
 Why: the Python callable (runtime/exported_kernel.py) costs 120-230 us of host time per call and
 is opaque to torch.compile; a registered op costs what a native op's dispatch does, is one node of a

@@ -92,27 +92,22 @@ def test_a_broken_user_folder_fails_alone_and_names_its_file(kernels_path, capsy
     assert "kernel folder my_broken does not load" in out and "my_norm" in out
 
 
-def test_a_folder_written_before_the_suite_code_moved_is_refused_naming_the_new_import(kernels_path):
+@pytest.mark.parametrize("old_import, error", [
+    ("from astra_kernels.kernels_sglang.schema import KernelSpec",
+     r"my_norm/spec.py:\d+: imports astra_kernels.kernels_sglang.schema, which moved to astra_kernels.suite.schema "
+     r"on 2026-11-28 .*change the import"),
+    ("from astra_kernels.kernels_sglang import suite",
+     r"my_norm/spec.py:\d+: imports astra_kernels.kernels_sglang.suite, which moved to astra_kernels.suite on"),
+    ("from astra_kernels.kernels_sglang import nosuch",  # not a moved module: the import's own error
+     r"my_norm/spec.py:\d+: ImportError: cannot import name 'nosuch'"),
+])
+def test_a_folder_written_before_the_suite_code_moved_is_refused_naming_the_new_import(kernels_path, old_import, error):
     """Folders written before 2026-11-28 import the schema from astra_kernels.kernels_sglang, which
     holds only data now: the error names the old module, the new one and the line, no shim."""
-    folder = _kernel_folder(kernels_path, "my_norm")
-    spec = folder / "spec.py"
-    spec.write_text(spec.read_text().replace("from astra_kernels.suite.schema import", "from astra_kernels.kernels_sglang.schema import", 1))
-    assert "astra_kernels.kernels_sglang.schema" in spec.read_text()
-    with pytest.raises(suite.KernelFolderError, match=r"my_norm/spec.py:\d+: imports astra_kernels.kernels_sglang.schema, "
-                       r"which moved to astra_kernels.suite.schema on 2026-11-28 .*change the import"):
+    spec = _kernel_folder(kernels_path, "my_norm") / "spec.py"
+    spec.write_text(f"{old_import}\n{spec.read_text()}")
+    with pytest.raises(suite.KernelFolderError, match=error):
         suite.load("my_norm")
-    spec.write_text(spec.read_text().replace("from astra_kernels.kernels_sglang.schema import",
-                                             "from astra_kernels.kernels_sglang import suite\nfrom astra_kernels.suite.schema import", 1))
-    suite.load.cache_clear()
-    with pytest.raises(suite.KernelFolderError, match=r"imports astra_kernels.kernels_sglang.suite, which moved to "
-                       r"astra_kernels.suite on"):
-        suite.load("my_norm")
-    spec.write_text(spec.read_text().replace("from astra_kernels.kernels_sglang import suite\n",
-                                             "from astra_kernels.kernels_sglang import nosuch\n", 1))
-    suite.load.cache_clear()
-    with pytest.raises(suite.KernelFolderError, match=r"spec.py:\d+: ImportError: cannot import name 'nosuch'"):
-        suite.load("my_norm")  # not a moved module: the import's own error
 
 
 def test_a_path_that_is_not_a_directory_is_one_line(tmp_path, monkeypatch, capsys):
