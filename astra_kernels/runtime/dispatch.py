@@ -7,7 +7,9 @@ token count; else by the sum over the symbols of |log a - log b|) whose configur
 template's constraints admit at the new shape, else the general configuration, else the
 configuration the shape admits that is fewest value steps from the nearest tuned shape's (at an
 odd width, say, the same threads and CTAs per row with narrower vectors), so the launcher never
-picks a configuration that cannot run there, nor a slow one when a near one runs.
+picks a configuration that cannot run there, nor a slow one when a near one runs. At a width no
+entry was tuned at, a template that declares the work of a thread (`//@ work:`) has the nearest
+configuration that keeps that work what it was where it was tuned picked first (`_work_kept`).
 
 Besides the kernel folder's template and baseline, a table may carry named sources of its own
 (`sources`): the agent's result holds, at some shapes, a model's rewrite or a model's template,
@@ -167,6 +169,51 @@ class DispatchTable(BaseModel):
                 raise TemplateError(f"the table's source {name}: {exc}") from None
         return self._parsed[name]
 
+    def _work_kept(self, ranked: list[DispatchEntry], shape: dict[str, int], sms: int, arch: str | None) -> Pick | None:
+        """At a width no entry was tuned at, where the nearest entry's configuration would make a
+        thread do other work here than where it was tuned (its template's `work:`, say two passes
+        over a row's slice instead of one) or cannot run here: the configuration of the next
+        nearest width's nearest entry whose work stays what it was where it was tuned. None
+        where the nearest entry's work stays, it is the baseline's, its source declares no work,
+        or no other width's entry keeps its work: the ordinary nearest pick then.
+
+        A configuration is tuned for a width's division of a row: carried to a width it divides
+        worse it is no longer what won there. The H200 table's pick at 1x18944 (Qwen2-7B's
+        width) was 1x14336's 64 threads x 32 chunks, one pass over a 448-element chunk there, two
+        over 592 here with 10 of 64 threads busy in the second: 2.9-3.2 us against torch.compile's
+        1.8-2.1 (2026-11-28); 1x28672's 128 threads x 32 chunks keeps one pass."""
+        spec = suite.load(self.kernel).spec
+        width = spec.symbols[1:]
+        if not ranked or any(all(e.shape[s] == shape[s] for s in width) for e in ranked):
+            return None
+
+        def work(entry: DispatchEntry, at: dict[str, int]) -> int | None:
+            """The entry's work per thread at shape `at`; None where it cannot run there."""
+            instance = self.source_of(entry.source).instantiate(
+                entry.config, suite.environment(spec, at, self.dtype, self.variant, sms, arch))
+            return None if isinstance(instance, Exclusion) else instance.work
+
+        first = ranked[0]
+        if first.source == "baseline" or self.source_of(first.source).work is None:
+            return None
+        here = work(first, shape)
+        if here is not None and here == work(first, first.shape):
+            return None
+        widths = {tuple(first.shape[s] for s in width)}
+        for entry in ranked[1:]:
+            key = tuple(entry.shape[s] for s in width)
+            if key in widths:
+                continue  # a width's nearest entry stands for it
+            widths.add(key)
+            if entry.source == "baseline" or self.source_of(entry.source).work is None:
+                continue
+            here = work(entry, shape)
+            if here is not None and here == work(entry, entry.shape):
+                named = "" if entry.source == "template" else f": {entry.source}"
+                return Pick(entry.config, f"tuned shape {spec.label(entry.shape)}, the nearest whose work per thread "
+                                          f"stays as tuned ({here}){named}", entry.source)
+        return None
+
     def pick(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> Pick:
         """The configuration to launch at `shape` on a GPU of `sms` multiprocessors and `arch`, and
         where it came from."""
@@ -177,6 +224,8 @@ class DispatchTable(BaseModel):
             return not isinstance(self.source_of(source).instantiate(config, env), Exclusion)
 
         ranked = [self.entries[i] for i in nearest_first([e.shape for e in self.entries], shape, folder.spec.symbols)]
+        if kept := self._work_kept(ranked, shape, sms, arch):
+            return kept
         for entry in ranked:
             tuned = all(entry.shape[s] == shape[s] for s in folder.spec.symbols)
             where = "tuned" if tuned else f"nearest tuned shape {folder.spec.label(entry.shape)}"

@@ -337,7 +337,7 @@ def request(folder: KernelFolder, which: str, shape: dict[str, int], dtype: str,
     prob = problem(folder, shape, dtype, variant)
     name = " ".join([which, ",".join(f"{k}={v}" for k, v in instance.config.items())]).strip()
     return EvaluationRequest(
-        source=template.source, kernel=template.kernel, problem=prob,
+        source=template.code, kernel=template.kernel, problem=prob,
         options=compile_options(instance, dtype, folder.spec.variants[variant], arch),
         launch=LaunchShape(instance.grid, instance.block, instance.shared_bytes),
         label=f"{prob.label} {name}", **measuring,

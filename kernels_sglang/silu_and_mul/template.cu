@@ -28,7 +28,7 @@
 //@ block: THREADS
 //@ fast_math: FAST_MATH
 //@ default: THREADS=256 VEC=8 CHUNKS=1 ROWS=1 UNROLL=1 FAST_MATH=1 FLAT=0 STREAM=0
-
+//@ work: 1 if FLAT else ROWS * ceil_div(ceil_div(D // VEC, CHUNKS), THREADS * UNROLL)   -- rounds of UNROLL loads a thread makes (a flat grid: one)
 __device__ __forceinline__ float act(float a) {
 #if ACT == 0
     return a / (1.0f + expf(-a));

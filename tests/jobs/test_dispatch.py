@@ -59,3 +59,43 @@ def test_outside_its_width_s_tuned_range_or_at_an_untuned_width_the_summed_dista
     assert table.pick({"T": 1024, "D": 14336}) == (c, "nearest tuned shape 2048x8192", "template")
     assert table.pick({"T": 1500, "D": 5120}).config == c  # a width never tuned
     assert table.pick({"T": 32, "D": 14336}) == (a, "tuned", "template")
+
+
+NARROW = {**TUNED, "THREADS": 64, "CHUNKS": 32, "UNROLL": 1}  # the H200 table's 1x14336
+WIDE = {**TUNED, "THREADS": 128, "CHUNKS": 32, "UNROLL": 1}  # and its 1x28672
+
+
+def test_at_an_untuned_width_the_nearest_configuration_keeping_a_thread_s_work_is_picked():
+    """1x18944 (Qwen2-7B's width): the nearest tuned shape 1x14336's 64 threads x 32 chunks make one
+    round over a chunk's 56 vectors there and two over 74 here (2.9-3.2 us against torch.compile's
+    1.8-2.1 on an H200); 1x28672's 128 threads x 32 chunks keep their one round (112 vectors there)."""
+    table = _table({(1, 14336): NARROW, (1, 28672): WIDE})
+    assert table.pick({"T": 1, "D": 18944}) == (
+        WIDE, "tuned shape 1x28672, the nearest whose work per thread stays as tuned (1)", "template")
+    # where the nearest keeps its work (1536 vectors: 48 a chunk, one round), the ordinary pick
+    assert table.pick({"T": 1, "D": 12288}) == (NARROW, "nearest tuned shape 1x14336", "template")
+    # at a tuned width the work is not weighed: 2x14336 is outside its width's range, 1x14336 is nearest
+    assert table.pick({"T": 2, "D": 14336}) == (NARROW, "nearest tuned shape 1x14336", "template")
+    # where no other width's entry keeps its work, the nearest as before
+    assert _table({(1, 14336): NARROW, (1, 16384): NARROW}).pick({"T": 1, "D": 18944}) == (
+        NARROW, "nearest tuned shape 1x16384", "template")
+
+
+def test_a_source_that_declares_no_work_keeps_the_nearest_pick():
+    """The table's own source without the `work:` line: nothing to weigh, so the nearest entry."""
+    text = "\n".join(line for line in suite.load("silu_and_mul").template.source.split("\n")
+                     if not line.startswith("//@ work:"))
+    table = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", sources={"mine": text},
+                          entries=[DispatchEntry(shape={"T": 1, "D": 14336}, config=NARROW, source="mine"),
+                                   DispatchEntry(shape={"T": 1, "D": 28672}, config=WIDE, source="mine")])
+    assert table.pick({"T": 1, "D": 18944}) == (NARROW, "nearest tuned shape 1x14336: mine", "mine")
+    with_work = DispatchTable.model_validate({**table.model_dump(), "sources": {"mine": suite.load("silu_and_mul").template.source}})
+    assert with_work.pick({"T": 1, "D": 18944}) == (
+        WIDE, "tuned shape 1x28672, the nearest whose work per thread stays as tuned (1): mine", "mine")
+
+
+def test_a_baseline_entry_is_carried_as_before():
+    table = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default",
+                          entries=[DispatchEntry(shape={"T": 1, "D": 14336}, config={}, source="baseline"),
+                                   DispatchEntry(shape={"T": 1, "D": 28672}, config=WIDE)])
+    assert table.pick({"T": 1, "D": 18944}) == ({}, "nearest tuned shape 1x14336: the baseline", "baseline")

@@ -168,11 +168,12 @@ def _pick_program(folder: Path, root: Path) -> Path:
 
 
 def _queries(kernel: str, count: int = 60, seed: int = 11, table: DispatchTable | None = None) -> list[tuple[int, int, dict]]:
-    """The table's and the spec's shapes, and random ones (odd sizes among them), at two GPU sizes
-    and on sm_90 and sm_80 (where cluster configurations are excluded, so picks move)."""
+    """The table's and the spec's shapes, the sweep's (its held-out widths, where the pick weighs the
+    work per thread, among them) and random ones (odd sizes among them), at two GPU sizes and on
+    sm_90 and sm_80 (where cluster configurations are excluded, so picks move)."""
     spec = suite.load(kernel).spec
     table = table or DispatchTable.model_validate_json((tuned_tables.TUNED_DIR / "h200" / f"{kernel}.json").read_text())
-    shapes = export.covered_shapes(table, suite.load(kernel))
+    shapes = export.covered_shapes(table, suite.load(kernel), spec.sweep_shapes())
     rng = random.Random(seed)
     for _ in range(count):
         shape = {}

@@ -83,7 +83,7 @@ def build_space(template: Template, env: Mapping[str, int], base: CompileOptions
             instances.append(instance)
     after_constraints = len(instances) + sum(p.stage == "replay" for p in pruned)
     options = [instance.compile_options(base) for instance in instances]
-    outcomes = compile_many([(template.source, o) for o in options], workers=workers, timeout_s=compile_timeout_s,
+    outcomes = compile_many([(template.code, o) for o in options], workers=workers, timeout_s=compile_timeout_s,
                             progress=progress)
     candidates = []
     compiled = 0

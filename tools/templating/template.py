@@ -83,6 +83,7 @@ class Instance:
     fast_math: bool
     max_registers: int | None
     build: Build = field(default_factory=lambda: Build())
+    work: int | None = None  # the template's `work:` at this configuration and shape (None: it declares none)
 
     def compile_options(self, base: CompileOptions) -> CompileOptions:
         """`base` (arch, headers, the dtype's and variant's defines) with this instance's own."""
@@ -118,6 +119,9 @@ class Template:
     shared: Expression | None = None
     fast_math: Expression | None = None
     max_registers: Expression | None = None
+    # The serial work of one thread (`//@ work:`): read by the dispatch at a shape no table was
+    # tuned at, never by the compiler or the measurement (runtime/dispatch.py)
+    work: Expression | None = None
     default: dict[str, int] = field(default_factory=dict)
     build: Build = field(default_factory=Build)
     lines: dict[str, int] = field(default_factory=dict)  # each keyed directive's line, for errors
@@ -131,6 +135,19 @@ class Template:
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.parameters]
+
+    @property
+    def code(self) -> str:
+        """What is compiled and what a measurement is keyed by: the source with its `work:` line
+        blank. The work a thread does is a hint to the dispatch, not part of the kernel: a template
+        that gains one keeps every measurement recorded of it (the results' keys hash the code) and
+        every line number a compile error names."""
+        if "work" not in self.lines:
+            return self.source
+        lines = self.source.splitlines(keepends=True)  # numbered as parse_template numbers them
+        line = lines[self.lines["work"] - 1]
+        lines[self.lines["work"] - 1] = line[len(line.splitlines()[0]):]  # its line break only
+        return "".join(lines)
 
     def screened_names(self) -> tuple[str, ...]:
         """The environment's names the derived values and constraints read (not the parameters,
@@ -232,6 +249,7 @@ class Template:
             max_registers=(self._eval(self.max_registers, scope, self.lines.get("max_registers", 0), int)
                            if self.max_registers else None),
             build=self.build,
+            work=self._eval(self.work, scope, self.lines.get("work", 0), int) if self.work else None,
         )
 
     def instantiate_all(self, configs: list[Mapping[str, int]], env: Mapping[str, int | float]
@@ -282,7 +300,7 @@ def _define(value) -> int:
 _PARAM = re.compile(r"^param\s+([A-Za-z_]\w*)\s*:\s*(.*?)\s*$")
 _DERIVE = re.compile(r"^derive\s+([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
 _REQUIRE = re.compile(r"^require\s+(.+?)\s*$")
-_KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|default|compiler|std)\s*:\s*(.*?)\s*$")
+_KEYED = re.compile(r"^(kernel|grid|block|shared|fast_math|max_registers|work|default|compiler|std)\s*:\s*(.*?)\s*$")
 _LISTED = re.compile(r"^(include|flag)\s*:\s*(.*?)\s*$")  # may be given more than once
 _COMPILERS = ("nvrtc", "nvcc")
 _STD = re.compile(r"^c\+\+(11|14|17|20)$")
@@ -296,7 +314,8 @@ _USAGE = {
     "param": "param NAME: V1, V2, ... -- what it does", "derive": "derive NAME = EXPRESSION",
     "require": "require EXPRESSION -- why", "kernel": "kernel: NAME", "grid": "grid: X[, Y[, Z]]",
     "block": "block: X[, Y[, Z]]", "shared": "shared: BYTES", "fast_math": "fast_math: 0 or 1",
-    "max_registers": "max_registers: N", "default": "default: NAME=V NAME=V ...",
+    "max_registers": "max_registers: N", "work": "work: EXPRESSION -- what a thread does in sequence",
+    "default": "default: NAME=V NAME=V ...",
     "compiler": "compiler: nvrtc or nvcc", "std": "std: c++11, c++14, c++17 or c++20", "include": "include: FOLDER",
     "flag": "flag: --FLAG",
 }
@@ -397,7 +416,7 @@ def parse_template(source: str, path: str = "template.cu", symbols: set[str] | f
             else:
                 raise TemplateError(
                     f"{where}: unknown directive {text.split()[0] if text else '(empty)'!r}; expected "
-                    "param, derive, require, kernel, grid, block, shared, fast_math, max_registers, default, "
+                    "param, derive, require, kernel, grid, block, shared, fast_math, max_registers, work, default, "
                     "compiler, std, include or flag"
                 )
         except ExpressionError as exc:
@@ -478,7 +497,7 @@ def _check_complete(template: Template, symbols: set[str], keyed_lines: dict[str
     for key in ("grid", "block"):
         for expression in getattr(template, key):
             _check_names(path, keyed_lines[key], expression, known)
-    for key in ("shared", "fast_math", "max_registers"):
+    for key in ("shared", "fast_math", "max_registers", "work"):
         expression = getattr(template, key)
         if expression is not None:
             _check_names(path, keyed_lines[key], expression, known)

@@ -329,7 +329,8 @@ def _instantiate_function(fname: str, template: Template, folder: suite.KernelFo
     variant_defines = spec.variants[variant]
     expressions = [*(d.expression for d in template.derived), *(c.expression for c in template.constraints),
                    *template.grid, *template.block,
-                   *(e for e in (template.shared, template.fast_math, template.max_registers) if e is not None)]
+                   *(e for e in (template.shared, template.fast_math, template.max_registers, template.work)
+                     if e is not None)]
     used = set().union(*(e.names for e in expressions))
     # Python's scope: the environment, then the configuration over it, then each derived value.
     scope = {s: f"shape[{i}]" for i, s in enumerate(spec.symbols)}
@@ -366,8 +367,10 @@ def _instantiate_function(fname: str, template: Template, folder: suite.KernelFo
     regs = _cpp(template.max_registers, f"{where} max_registers") if template.max_registers else "0"
     out += [f"    out->shared = {shared};", "    if (err) return FAILED;",
             f"    out->fast_math = {fast};", "    if (err) return FAILED;",
-            f"    out->max_registers = {regs};", "    if (err) return FAILED;",
-            "    return ADMITTED;", "}"]
+            f"    out->max_registers = {regs};", "    if (err) return FAILED;"]
+    if template.work is not None:
+        out += [f"    out->work = {_cpp(template.work, f'{where} work')};", "    if (err) return FAILED;"]
+    out += ["    return ADMITTED;", "}"]
     return out
 
 
@@ -528,7 +531,7 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
     out += ["#if !defined(ASTRA_GROUP) || ASTRA_GROUP == 0" if multi else "", f"namespace {host} {{", HELPERS,
             "enum { ADMITTED = 0, EXCLUDED = 1, FAILED = 2 };",
             f"struct Inst {{ ax_int derived[{nd}]; ax_int grid[3]; ax_int block[3]; ax_int shared; ax_int fast_math;"
-            " ax_int max_registers; int line; const char* reason; };", ""]
+            " ax_int max_registers; ax_int work; int line; const char* reason; };", ""]
     for index, name in enumerate(sources):
         out += [comment_line(f"// {name}"), *_instantiate_function(f"instantiate_s{index}", table.source_of(name), folder,
                                                      table.dtype, table.variant), ""]
@@ -545,6 +548,8 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
             f"{{{', '.join(str(len(table.source_of(s).names)) for s in sources)}}};",
             f"static const int kSourceDerived[{count}] = "
             f"{{{', '.join(str(len(table.source_of(s).derived)) for s in sources)}}};",
+            f"static const int kSourceWork[{count}] = "
+            f"{{{', '.join(str(int(table.source_of(s).work is not None)) for s in sources)}}};  // declares `work:`",
             f"static const char* const kSymbolNames[{ns_}] = {{{', '.join(_c(s) for s in spec.symbols)}}};"]
     for i, p in enumerate(params):
         out.append(f"static const ax_int kValues{i}[] = {{{', '.join(f'{v}LL' for v in p.values)}}};")

@@ -173,3 +173,23 @@ def test_an_include_outside_the_kernels_directory_is_refused(tmp_path):
         parse_template(BUILT + "//@ include: /usr/include\n", "mine/baseline.cu", set(), tmp_path / "kernels" / "mine")
     with pytest.raises(TemplateError, match="outside"):
         parse_template(BUILT + "//@ include: ../../\n", "mine/baseline.cu", set(), tmp_path / "kernels" / "mine")
+
+
+def test_the_work_a_thread_does_is_evaluated_at_each_shape_and_left_out_of_the_code():
+    """`//@ work:` is read by the dispatch only: the Instance carries its value; the code compiled and
+    keyed blanks its line, so the line numbers stay and a template that gains one keeps its keys."""
+    source = GOOD.replace("//@ max_registers: 128\n",
+                          "//@ max_registers: 128\n//@ work: ceil_div(NVEC, THREADS)   -- vectors a thread loads\n")
+    t = parse_template(source, "good.cu", SYMBOLS)
+    env = {"T": 5, "D": 4096, "ELEM_BYTES": 2, "SMS": 132}
+    assert t.instantiate({"THREADS": 256, "VEC": 8}, env).work == 2
+    assert t.instantiate({"THREADS": 64, "VEC": 2}, env).work == 32
+    assert parse_template(GOOD, "good.cu", SYMBOLS).instantiate({"THREADS": 256, "VEC": 8}, env).work is None
+    assert t.code == source.replace("//@ work: ceil_div(NVEC, THREADS)   -- vectors a thread loads", "")
+    assert t.code.count("\n") == source.count("\n") and parse_template(GOOD, "good.cu", SYMBOLS).code == GOOD
+    crlf = parse_template(source.replace("\n", "\r\n"), "good.cu", SYMBOLS)
+    assert crlf.code == t.code.replace("\n", "\r\n")
+    with pytest.raises(TemplateError, match=r"good.cu:13: .*undefined name\(s\) ROWS"):
+        parse_template(source.replace("ceil_div(NVEC, THREADS)", "ROWS"), "good.cu", SYMBOLS)
+    with pytest.raises(TemplateError, match="work is already given on line 13"):
+        parse_template(source.replace("//@ default", "//@ work: 1\n//@ default"), "good.cu", SYMBOLS)
