@@ -9,7 +9,8 @@ configuration the shape admits that is fewest value steps from the nearest tuned
 odd width, say, the same threads and CTAs per row with narrower vectors), so the launcher never
 picks a configuration that cannot run there, nor a slow one when a near one runs. At a width no
 entry was tuned at, a template that declares the work of a thread (`//@ work:`) has the nearest
-configuration that keeps that work what it was where it was tuned picked first (`_work_kept`).
+configuration that keeps that work what it was where it was tuned picked first: another width's
+entry, else the nearest entry's configuration moved one value (`_work_kept`).
 
 Besides the kernel folder's template and baseline, a table may carry named sources of its own
 (`sources`): the agent's result holds, at some shapes, a model's rewrite or a model's template,
@@ -27,7 +28,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, PrivateAttr, model_validator
 
 from astra_kernels.tools.measuring.regimes import L2Regime
-from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
+from astra_kernels.tools.templating.template import Exclusion, Instance, Template, TemplateError, parse_template
 
 from astra_kernels import suite
 
@@ -173,31 +174,46 @@ class DispatchTable(BaseModel):
         """At a width no entry was tuned at, where the nearest entry's configuration would make a
         thread do other work here than where it was tuned (its template's `work:`, say two passes
         over a row's slice instead of one) or cannot run here: the configuration of the next
-        nearest width's nearest entry whose work stays what it was where it was tuned. None
-        where the nearest entry's work stays, it is the baseline's, its source declares no work,
-        or no other width's entry keeps its work: the ordinary nearest pick then.
+        nearest width's nearest entry whose work stays what it was where it was tuned, else the
+        nearest entry's own configuration with one parameter the launch geometry does not read
+        moved one value, where that runs here with the work a thread did where it was tuned (a
+        measured configuration before a variant of one). None where the nearest entry's work stays, it is
+        the baseline's, its source declares no work, or neither kind keeps it: the ordinary
+        nearest pick then.
 
         A configuration is tuned for a width's division of a row: carried to a width it divides
         worse it is no longer what won there. The H200 table's pick at 1x18944 (Qwen2-7B's
         width) was 1x14336's 64 threads x 32 chunks, one pass over a 448-element chunk there, two
         over 592 here with 10 of 64 threads busy in the second: 2.9-3.2 us against torch.compile's
-        1.8-2.1 (2026-11-28); 1x28672's 128 threads x 32 chunks keeps one pass."""
+        1.8-2.1 (2026-11-28); 1x28672's 128 threads x 32 chunks keeps one pass. The norms' entries
+        at 4096 mostly compile the row in exactly (STATIC_ROW 2: 512 vectors a row), which 3584
+        refuses; the next entry that ran was 128x11008's 1024 threads x 2-element vectors, 0.67-0.97x
+        of the fastest peer up to 202 tokens (fused_add_rmsnorm), where STATIC_ROW 1 (the same
+        launch, the row's bounds kept) is 1.09-1.29x. A move that changes the launch does not keep
+        what won: 4096's 256 threads x 2 vectors moved to 512 threads at 5120 (a second round with a
+        quarter of them busy) measured 0.79-0.87x of the fastest peer against the ordinary pick's
+        0.96-1.03x at 3450-16384 tokens."""
         spec = suite.load(self.kernel).spec
         width = spec.symbols[1:]
         if not ranked or any(all(e.shape[s] == shape[s] for s in width) for e in ranked):
             return None
 
-        def work(entry: DispatchEntry, at: dict[str, int]) -> int | None:
-            """The entry's work per thread at shape `at`; None where it cannot run there."""
-            instance = self.source_of(entry.source).instantiate(
-                entry.config, suite.environment(spec, at, self.dtype, self.variant, sms, arch))
-            return None if isinstance(instance, Exclusion) else instance.work
+        def run(source: str, config: dict[str, int], at: dict[str, int]) -> Instance | None:
+            """`config` made concrete at shape `at`; None where it cannot run there."""
+            instance = self.source_of(source).instantiate(
+                config, suite.environment(spec, at, self.dtype, self.variant, sms, arch))
+            return None if isinstance(instance, Exclusion) else instance
+
+        def keeps(source: str, config: dict[str, int], tuned_at: dict[str, int]) -> int | None:
+            """The work per thread of `config` here where it is the work it did at `tuned_at`, else None."""
+            here = run(source, config, shape)
+            there = None if here is None else run(source, config, tuned_at)
+            return here.work if there is not None and here.work == there.work else None
 
         first = ranked[0]
         if first.source == "baseline" or self.source_of(first.source).work is None:
             return None
-        here = work(first, shape)
-        if here is not None and here == work(first, first.shape):
+        if keeps(first.source, first.config, first.shape) is not None:
             return None
         widths = {tuple(first.shape[s] for s in width)}
         for entry in ranked[1:]:
@@ -207,11 +223,26 @@ class DispatchTable(BaseModel):
             widths.add(key)
             if entry.source == "baseline" or self.source_of(entry.source).work is None:
                 continue
-            here = work(entry, shape)
-            if here is not None and here == work(entry, entry.shape):
+            if (kept := keeps(entry.source, entry.config, entry.shape)) is not None:
                 named = "" if entry.source == "template" else f": {entry.source}"
                 return Pick(entry.config, f"tuned shape {spec.label(entry.shape)}, the nearest whose work per thread "
-                                          f"stays as tuned ({here}){named}", entry.source)
+                                          f"stays as tuned ({kept}){named}", entry.source)
+        tuned = run(first.source, first.config, first.shape)
+        if first.source != "template" or tuned is None:  # the export's C++ knows the folder template's values only
+            return None
+        template = self.source_of("template")
+        launch = template.launch_parameters()
+        for parameter in template.parameters:
+            if parameter.name in launch or first.config[parameter.name] not in parameter.values:
+                continue
+            at = parameter.values.index(first.config[parameter.name])
+            for step in (at - 1, at + 1):
+                if 0 <= step < len(parameter.values):
+                    moved = {**first.config, parameter.name: parameter.values[step]}
+                    here = run("template", moved, shape)
+                    if here is not None and here.work == tuned.work:
+                        return Pick(moved, f"tuned shape {spec.label(first.shape)} with {parameter.name}="
+                                           f"{parameter.values[step]}: its launch and work per thread kept ({tuned.work})")
         return None
 
     def pick(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> Pick:

@@ -53,7 +53,7 @@
 //@ fast_math: 1
 //@ max_registers: 128
 //@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1 HINT=0 STATIC_ROW=0
-
+//@ work: ROWS * ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS)   -- vectors of its rows (slices) a thread loads
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
 // Whether this thread's vector k exists: with STATIC_ROW 2 the row is exactly ROW_THREADS x ITEMS

@@ -99,3 +99,32 @@ def test_a_baseline_entry_is_carried_as_before():
                           entries=[DispatchEntry(shape={"T": 1, "D": 14336}, config={}, source="baseline"),
                                    DispatchEntry(shape={"T": 1, "D": 28672}, config=WIDE)])
     assert table.pick({"T": 1, "D": 18944}) == ({}, "nearest tuned shape 1x14336: the baseline", "baseline")
+
+
+EXACT = {"ROW_THREADS": 512, "ROWS": 1, "VEC": 8, "ITEMS": 1, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1, "HINT": 0,
+         "STATIC_ROW": 2}  # the H200 fused_add_rmsnorm table's 1x4096: the row compiled in, no bounds checks
+FAR = {"ROW_THREADS": 1024, "ROWS": 1, "VEC": 2, "ITEMS": 8, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1, "HINT": 1,
+       "STATIC_ROW": 0}  # and its 128x11008
+TWO = {"ROW_THREADS": 256, "ROWS": 1, "VEC": 8, "ITEMS": 2, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1, "HINT": 0,
+       "STATIC_ROW": 0}  # and its 3450x4096
+
+
+def _norm_table(entries: dict[tuple[int, int], dict[str, int]]) -> DispatchTable:
+    return DispatchTable(kernel="fused_add_rmsnorm", dtype="bf16", variant="default",
+                         entries=[DispatchEntry(shape={"T": t, "H": h}, config=c) for (t, h), c in entries.items()])
+
+
+def test_where_no_other_width_keeps_the_work_the_nearest_configuration_moves_one_value_the_launch_does_not_read():
+    """1x3584: 1x4096's exact row (512 threads x one 8-element vector) cannot hold 448 vectors without
+    bounds checks; STATIC_ROW 1 is the same launch and work with them (2.15-2.21 us against the
+    fastest peer's 2.44-2.83 at 1-8 tokens on an H200), where the next entry that ran, 128x11008's,
+    took 2.83-2.92."""
+    table = _norm_table({(1, 4096): EXACT, (128, 11008): FAR})
+    assert table.pick({"T": 1, "H": 3584}) == (
+        {**EXACT, "STATIC_ROW": 1}, "tuned shape 1x4096 with STATIC_ROW=1: its launch and work per thread kept (1)",
+        "template")
+    # a move of a parameter the launch reads is never made: at 3450x5120, 3450x4096's 256 threads
+    # x 2 vectors would need 512 threads or a cluster of 2 (0.79-0.87x of the fastest peer measured)
+    assert {"ROW_THREADS", "ROWS", "CLUSTER", "ITEMS"} == suite.load("fused_add_rmsnorm").template.launch_parameters()
+    assert _norm_table({(3450, 4096): TWO, (128, 11008): FAR}).pick({"T": 3450, "H": 5120}) == (
+        FAR, "nearest tuned shape 128x11008", "template")

@@ -149,6 +149,15 @@ class Template:
         lines[self.lines["work"] - 1] = line[len(line.splitlines()[0]):]  # its line break only
         return "".join(lines)
 
+    def launch_parameters(self) -> set[str]:
+        """The parameters the launch geometry (grid, block, shared memory) reads, directly or through
+        derived values: the ones a configuration cannot move without launching other CTAs."""
+        read = set().union(*(e.names for e in (*self.grid, *self.block, self.shared) if e is not None))
+        for item in reversed(self.derived):  # a derived value reads only names defined before it
+            if item.name in read:
+                read |= item.expression.names
+        return read & set(self.names)
+
     def screened_names(self) -> tuple[str, ...]:
         """The environment's names the derived values and constraints read (not the parameters,
         not the derived values themselves): what decides whether a configuration is excluded."""

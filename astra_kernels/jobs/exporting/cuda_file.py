@@ -555,6 +555,9 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
         out.append(f"static const ax_int kValues{i}[] = {{{', '.join(f'{v}LL' for v in p.values)}}};")
     out.append(f"static const ax_int* const kValues[{np_}] = {{{', '.join(f'kValues{i}' for i in range(len(params))) or '0'}}};")
     out.append(f"static const int kCounts[{np_}] = {{{', '.join(str(len(p.values)) for p in params) or '0'}}};")
+    out.append(f"static const char* const kParamNames[{np_}] = {{{', '.join(_c(p.name) for p in params) or '0'}}};")
+    launch = template.launch_parameters()  # what dispatch.py's _work_kept never moves
+    out.append(f"static const int kLaunchParam[{np_}] = {{{', '.join(str(int(p.name in launch)) for p in params) or '0'}}};")
     out.append(f"static const ax_int kDefault[{np_}] = {{{_values(template.default, names)}}};")
     out += ["", f"struct Entry {{ ax_int shape[{ns_}]; ax_int config[{np_}]; int source; const char* label; }};",
             f"static const Entry kEntries[{len(table.entries)}] = {{"]

@@ -193,3 +193,9 @@ def test_the_work_a_thread_does_is_evaluated_at_each_shape_and_left_out_of_the_c
         parse_template(source.replace("ceil_div(NVEC, THREADS)", "ROWS"), "good.cu", SYMBOLS)
     with pytest.raises(TemplateError, match="work is already given on line 13"):
         parse_template(source.replace("//@ default", "//@ work: 1\n//@ default"), "good.cu", SYMBOLS)
+
+
+def test_the_launch_parameters_are_those_the_geometry_reads_through_derived_values_too():
+    assert parse_template(GOOD, "good.cu", SYMBOLS).launch_parameters() == {"THREADS", "VEC"}  # grid reads NVEC = D // VEC
+    assert parse_template(GOOD.replace("min(NVEC, 4)", "4").replace("//@ shared: THREADS * 4\n", ""), "good.cu",
+                          SYMBOLS).launch_parameters() == {"THREADS"}
