@@ -53,10 +53,10 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     left = context.wall_seconds - (time.time() - state["started_at"])
     seconds = max(1.0, min(context.tune_seconds, left))
     started = time.monotonic()
-    report = tuning.tune(folder, run.worker, run, shapes=shapes, dtype=state["dtype"], strategy=context.strategy,
-                         budget=Budget(seconds=seconds / len(shapes)), sample=context.tune_sample,
-                         progress=progress, compile_timeout_s=deadline, compiling=compiling, l2=context.l2,
-                         parallel=parallelism(context, state["kernel"]))
+    request = tuning.TuneRequest(folder, shapes, state["dtype"], strategy=context.strategy,
+                                 budget=Budget(seconds=seconds / len(shapes)), sample=context.tune_sample, l2=context.l2)
+    report = tuning.tune(request, run.worker, run, parallel=parallelism(context, state["kernel"]), progress=progress,
+                         compile_timeout_s=deadline, compiling=compiling)
     searched_s = time.monotonic() - started  # for the report's costs
     measurements, configs = [], {}
     for shaped in report.shapes:

@@ -11,9 +11,8 @@ arrives, so a re-run skips what is stored and a killed run resumes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 
-from astra_kernels import suite
 from astra_kernels.suite.tuned_tables import device_key
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.tools.cluster.compiling import RayCompileExecutor
@@ -26,39 +25,31 @@ from astra_kernels.tools.toolchain.compiler import compiling_with
 from . import tuning
 
 
-@dataclass(frozen=True)
-class KernelJob:
-    """One kernel to tune: its folder, shapes, dtype, variant and the shapes its table is verified at."""
-
-    folder: suite.KernelFolder
-    shapes: list[dict[str, int]]
-    dtype: str
-    variant: str = "default"
-    verify: tuple[dict[str, int], ...] = ()
-    recording: str | None = None  # a replay's: the recording of this kernel the workers answer from
-
-
-def tune_on_cluster(pool: WorkerPool, jobs: list[KernelJob], stores: dict[str, ResultsStore], *,
-                    compile_on_cluster: bool = True, starts: dict[tuple[str, str], DispatchTable] | None = None,
-                    **options) -> dict[tuple[str, str], tuning.TuneReport]:
-    """Tune every job on every GPU kind of `pool`; reports by (GPU kind, kernel). `stores`: each
-    kernel's results store (by name); `starts`: by (GPU kind, kernel), the table whose picks that
-    kind's search measures first (tuning.tune's `start`: the table shipped for that kind, say);
-    `options`: tuning.tune's (strategy, budget, rounds, seed, sample, max_spill_bytes, l2). With
-    `compile_on_cluster`, compiles are tasks on the cluster's CPUs (else this host's cores)."""
+def tune_on_cluster(pool: WorkerPool, requests: list[tuning.TuneRequest], stores: dict[str, ResultsStore], *,
+                    recordings: dict[str, str] | None = None, compile_on_cluster: bool = True,
+                    starts: dict[tuple[str, str], DispatchTable] | None = None
+                    ) -> dict[tuple[str, str], tuning.TuneReport]:
+    """Tune every request on every GPU kind of `pool`; reports by (GPU kind, kernel). `stores`: each
+    kernel's results store (by name); `recordings`: a replay's, each kernel's recording (by name)
+    the workers answer it from; `starts`: by (GPU kind, kernel), the table whose picks that kind's
+    search measures first where the request names none (the table shipped for that kind, say).
+    With `compile_on_cluster`, compiles are tasks on the cluster's CPUs (else this host's cores)."""
     # A replay tunes a kernel only on the GPU kinds its recording holds: on another, every
     # evaluation would be unrecorded (silu_and_mul's H200 recording beside rmsnorm's H100 one).
-    held = {job.recording: set(recorded_devices(job.recording)) for job in jobs if job.recording}
-    work = [(kind, job) for kind in pool.kinds for job in jobs if not job.recording or kind in held[job.recording]]
+    recordings = recordings or {}
+    held = {path: set(recorded_devices(path)) for path in recordings.values()}
+    work = [(kind, request) for kind in pool.kinds for request in requests
+            if (path := recordings.get(request.folder.spec.name)) is None or kind in held[path]]
 
     def run(item) -> tuple[tuple[str, str], tuning.TuneReport]:
-        kind, job = item
-        view = pool.view(kind, job.recording)  # the workers hold every kernel's recording; its report names its own
-        evaluator = StoredEvaluator(view, stores[job.folder.spec.name], run_id=f"tune-{job.folder.spec.name}")
-        report = tuning.tune(job.folder, view, evaluator, shapes=job.shapes, dtype=job.dtype, variant=job.variant,
-                             verify=list(job.verify), parallel=max(len(job.shapes), len(job.verify), 1),
-                             start=(starts or {}).get((kind, job.folder.spec.name)), **options)
-        return (kind, job.folder.spec.name), report
+        kind, request = item
+        name = request.folder.spec.name
+        view = pool.view(kind, recordings.get(name))  # the workers hold every kernel's recording; its report names its own
+        evaluator = StoredEvaluator(view, stores[name], run_id=f"tune-{name}")
+        if request.start is None and (kind, name) in (starts or {}):
+            request = dataclasses.replace(request, start=starts[(kind, name)])
+        report = tuning.tune(request, view, evaluator, parallel=max(len(request.shapes), len(request.verify), 1))
+        return (kind, name), report
 
     def run_all() -> dict[tuple[str, str], tuning.TuneReport]:
         return dict(map_in_threads(run, work, len(work)))

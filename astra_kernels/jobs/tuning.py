@@ -20,7 +20,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -142,29 +142,51 @@ class TuneReport(BaseModel):
         return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
 
 
-def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shapes: list[dict[str, int]],
-         dtype: str, variant: str = "default", strategy: str = "auto", budget: Budget | None = None,
-         rounds: int = 3, seed: int = 0, max_spill_bytes: int = 0, sample: int | None = None,
-         verify: list[dict[str, int]] | None = None, progress: Callable[[str, Trial | None], None] | None = None,
-         compile_timeout_s: float | None = None,
-         compiling: Callable[[str, int, int], None] | None = None, l2: str = "cold",
-         parallel: int = 1, configs: list[dict[str, int]] | None = None,
-         start: DispatchTable | None = None, searched: Callable[[ShapeResult], None] | None = None) -> TuneReport:
-    """Tune `folder`'s template at each shape on the worker's GPU; see the module docstring.
-    `compile_timeout_s` bounds each configuration's compile while the space is pruned;
-    `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
+@dataclass(frozen=True)
+class TuneRequest:
+    """One kernel's tune: every choice that decides its table, made once by whoever asks (the
+    CLI, a cluster's run, the agent's tuner node) and run by tune(); how it runs (shapes at once,
+    progress, compile deadlines) is tune()'s own arguments.
+
     `l2` is the regime every configuration is timed in ("cold" or "warm"), which the table records.
-    `parallel`: shapes searched at once, and evaluations of the later phases in flight at once,
-    for a worker that runs several (a cluster's GPUs of one kind: tools/cluster/); each shape's
-    search is the same sequence of proposals either way, so the report is the same but for times.
     `configs`: the configurations to search instead of the whole space (or `sample` of it, to which
     the start table's pick and the seeds are added where it lacks them: with_starts).
     `start`: a dispatch table (the one shipped for this GPU, say) whose pick at each shape is
     measured before the search there (start_configs), so a re-tune after the template changed
     keeps what the last one found wherever the search does no better. The spec's seeds (the
     production kernel's own configurations: seed_configs) are measured in that first round too,
-    with or without `start`. `searched(shape_result)` is called as each shape's search ends (a log's
-    line per shape: a search takes minutes, and the report comes only at the end)."""
+    with or without `start`. `verify`: shapes the finished table is run and checked at."""
+
+    folder: suite.KernelFolder
+    shapes: list[dict[str, int]]
+    dtype: str
+    variant: str = "default"
+    strategy: str = "auto"
+    budget: Budget | None = None
+    rounds: int = 3
+    seed: int = 0
+    sample: int | None = None
+    configs: list[dict[str, int]] | None = None
+    max_spill_bytes: int = 0
+    l2: str = "cold"
+    start: DispatchTable | None = None
+    verify: list[dict[str, int]] = field(default_factory=list)
+
+
+def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, parallel: int = 1,
+         compile_timeout_s: float | None = None, progress: Callable[[str, Trial | None], None] | None = None,
+         compiling: Callable[[str, int, int], None] | None = None,
+         searched: Callable[[ShapeResult], None] | None = None) -> TuneReport:
+    """Tune the request's template at each shape on the worker's GPU; see the module docstring.
+    `parallel`: shapes searched at once, and evaluations of the later phases in flight at once,
+    for a worker that runs several (a cluster's GPUs of one kind: tools/cluster/); each shape's
+    search is the same sequence of proposals either way, so the report is the same but for times.
+    `compile_timeout_s` bounds each configuration's compile while the space is pruned;
+    `compiling(label, done, total)` follows those compiles (minutes of them on a small machine);
+    `searched(shape_result)` is called as each shape's search ends (a log's line per shape: a
+    search takes minutes, and the report comes only at the end)."""
+    folder, shapes, dtype, variant = tune_request.folder, tune_request.shapes, tune_request.dtype, tune_request.variant
+    strategy, budget, l2, start = tune_request.strategy, tune_request.budget, tune_request.l2, tune_request.start
     spec = folder.spec
     arch = worker.device["arch"]
     sms = worker.device.get("multiprocessors")
@@ -193,8 +215,9 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         label = spec.label(shape)
         env = suite.environment(spec, shape, dtype, variant, limits.multiprocessors, arch)
         starts = start_configs(start, folder, shape, sms=limits.multiprocessors, arch=arch) + seed_configs(folder, env)
-        chosen_configs = configs if configs is not None else (
-            with_starts(folder.template.sample_configs(sample, seed), starts) if sample else None)
+        sample = tune_request.sample
+        chosen_configs = tune_request.configs if tune_request.configs is not None else (
+            with_starts(folder.template.sample_configs(sample, tune_request.seed), starts) if sample else None)
         # The baseline first: it needs no space, so with many shapes at once (a cluster's GPUs) the
         # GPUs measure baselines while the CPUs compile the spaces, instead of waiting for them.
         baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
@@ -202,7 +225,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
             space = build_space(folder.template, env, base, limits, configs=chosen_configs,
                                 answerable=(lambda config, shape=shape: _answerable(request("template", shape, config)))
                                 if answers else None,
-                                max_spill_bytes=max_spill_bytes, compile_timeout_s=compile_timeout_s,
+                                max_spill_bytes=tune_request.max_spill_bytes, compile_timeout_s=compile_timeout_s,
                                 progress=(lambda done, total, label=label: compiling(label, done, total))
                                 if compiling else None)
         if progress:
@@ -211,7 +234,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
         outcome = search_rounds(
             chosen, [c.config for c in space.candidates],
             lambda config, shape=shape: request("template", shape, config),
-            evaluator, budget or Budget(), rounds=rounds, seed=seed,
+            evaluator, budget or Budget(), rounds=tune_request.rounds, seed=tune_request.seed,
             plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
@@ -256,7 +279,7 @@ def tune(folder: suite.KernelFolder, worker, evaluator: StoredEvaluator, *, shap
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
                                     entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes])
     check_table_configs(report, folder, worker, evaluator, progress, parallel)
-    verify_dispatch(report, folder, worker, evaluator, verify or [], progress, parallel)
+    verify_dispatch(report, folder, worker, evaluator, tune_request.verify, progress, parallel)
     return report
 
 

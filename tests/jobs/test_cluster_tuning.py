@@ -42,10 +42,9 @@ def one_worker(tmp_path_factory):
 
 def test_a_cluster_run_equals_a_one_worker_run(cluster, one_worker, tmp_path):
     report_one, rows_one = one_worker
-    job = cluster_tuning.KernelJob(replay.FOLDER, replay.SHAPES, "bf16", verify=tuple(replay.SHAPES),
-                                   recording=replay.recording())
     with WorkerPool(3, recordings=[replay.recording()]) as pool, ResultsStore(tmp_path / "r.sqlite") as store:
-        reports = cluster_tuning.tune_on_cluster(pool, [job], {replay.KERNEL: store}, **replay.OPTIONS)
+        reports = cluster_tuning.tune_on_cluster(pool, [replay.REQUEST], {replay.KERNEL: store},
+                                                 recordings={replay.KERNEL: replay.recording()})
         status = pool.status()
         stored = store.rows()
         assert replay.rows(store) == rows_one
@@ -99,8 +98,8 @@ def test_one_shape_s_configurations_are_measured_side_by_side(cluster, one_worke
     report_one, _ = one_worker
     with WorkerPool(3, recordings=[replay.recording()], pace=2.0) as pool, ResultsStore(tmp_path / "r.sqlite") as store:
         view = pool.view("NVIDIA H200", replay.recording())
-        report = tuning.tune(replay.FOLDER, view, StoredEvaluator(view, store), shapes=replay.SHAPES[:1], dtype="bf16",
-                             **replay.OPTIONS)
+        report = tuning.tune(tuning.TuneRequest(replay.FOLDER, replay.SHAPES[:1], "bf16", **replay.OPTIONS), view,
+                             StoredEvaluator(view, store))
         busy = [s["done"] for s in pool.status()]
     assert sum(d > 0 for d in busy) == 3, busy
     trials = [t.model_dump(exclude={"reused"}) for t in report.shapes[0].search.trials]
@@ -159,8 +158,8 @@ def test_each_gpu_kind_of_a_mixed_cluster_tunes_its_own_table(cluster, tmp_path,
     for gpu in (ScriptedWorker(), OtherGpu()):
         with ResultsStore(recording) as store:
             alone[gpu.device["name"]] = tuning.tune(
-                SCRIPTED_FOLDER, gpu, StoredEvaluator(gpu, store), shapes=SCRIPTED_SHAPES, dtype="bf16",
-                sample=40, seed=2, strategy="exhaustive").dispatch
+                tuning.TuneRequest(SCRIPTED_FOLDER, SCRIPTED_SHAPES, "bf16", sample=40, seed=2, strategy="exhaustive"),
+                gpu, StoredEvaluator(gpu, store)).dispatch
     assert alone["Scripted GPU"].general != alone["Other GPU"].general
     out = tmp_path / "out"
     code = cli.main(["tune", "silu_and_mul", "--ray", "--replay", str(recording), "--sample", "40", "--seed", "2",

@@ -20,8 +20,8 @@ def test_a_tune_s_store_is_summed_by_kind(tmp_path):
     path = tmp_path / "r.sqlite"
     worker = ScriptedWorker()
     with ResultsStore(path) as store:
-        tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
-                    configs=row_sample(12, seed=1), seed=1, strategy="random", budget=Budget(evaluations=3))
+        tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", configs=row_sample(12, seed=1), seed=1, strategy="random",
+                                       budget=Budget(evaluations=3)), worker, StoredEvaluator(worker, store))
         stored = store.count()
     run = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr

@@ -23,8 +23,9 @@ from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker, row_sample
 
 
 def run(store, worker, **kw):
-    return tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
-                       configs=row_sample(40, seed=2), seed=2, **kw)
+    hooks = {k: kw.pop(k) for k in ("parallel", "progress", "compiling", "searched", "compile_timeout_s") if k in kw}
+    return tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", configs=row_sample(40, seed=2), seed=2, **kw), worker,
+                       StoredEvaluator(worker, store), **hooks)
 
 
 def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
@@ -227,10 +228,11 @@ def test_tune_measures_the_start_tables_pick_first_and_keeps_it_where_nothing_be
     best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1}
     table = _old_table([({"T": 16, "D": 4096}, best, "template")])
     with ResultsStore(tmp_path / "r.sqlite") as store:
-        report = tuning.tune(FOLDER, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
-                             dtype="bf16", configs=[{**best, "FLAT": 0, "STREAM": 0, "THREADS": 256, "UNROLL": 4},
-                                                    {**best, "FLAT": 0, "STREAM": 0}],
-                             strategy="random", budget=Budget(evaluations=2), start=table)
+        report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES[:1], "bf16",
+                                                configs=[{**best, "FLAT": 0, "STREAM": 0, "THREADS": 256, "UNROLL": 4},
+                                                         {**best, "FLAT": 0, "STREAM": 0}],
+                                                strategy="random", budget=Budget(evaluations=2), start=table),
+                             ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
     search = report.shapes[0].search
     assert search.rounds[0].action == "start" and search.trials[0].config == {**best, "FLAT": 0, "STREAM": 0}
     assert report.dispatch.entries[0].config == {**best, "FLAT": 0, "STREAM": 0}
@@ -243,9 +245,10 @@ def test_a_sample_of_the_space_still_measures_the_start_tables_pick_first(tmp_pa
     best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
     assert best not in FOLDER.template.sample_configs(4, 0)
     with ResultsStore(tmp_path / "r.sqlite") as store:
-        report = tuning.tune(FOLDER, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
-                             dtype="bf16", sample=4, seed=0, strategy="random", budget=Budget(evaluations=2),
-                             start=_old_table([({"T": 16, "D": 4096}, best, "template")]))
+        report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES[:1], "bf16", sample=4, seed=0, strategy="random",
+                                                budget=Budget(evaluations=2),
+                                                start=_old_table([({"T": 16, "D": 4096}, best, "template")])),
+                             ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
     shape = report.shapes[0]
     assert shape.space_total > 4 and shape.search.rounds[0].action == "start"  # the sample, the pick, the seeds
     assert shape.search.trials[0].config == best and report.dispatch.entries[0].config == best
@@ -328,9 +331,9 @@ def test_tune_measures_the_seeds_first_after_the_start_tables_pick_and_within_th
 
     def tuned(path, budget, start=None):
         with ResultsStore(tmp_path / path) as store:
-            report = tuning.tune(folder, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store),
-                                 shapes=SHAPES[:1], dtype="bf16", configs=[slower, slow, best], strategy="random",
-                                 budget=Budget(evaluations=budget), start=start)
+            report = tuning.tune(tuning.TuneRequest(folder, SHAPES[:1], "bf16", configs=[slower, slow, best],
+                                                    strategy="random", budget=Budget(evaluations=budget), start=start),
+                                 ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
         return report.shapes[0].search
 
     search = tuned("a.sqlite", 3)  # no start table: the seeds alone, in their order
@@ -344,8 +347,9 @@ def test_tune_measures_the_seeds_first_after_the_start_tables_pick_and_within_th
     plain = dataclasses.replace(FOLDER, spec=FOLDER.spec.model_copy(update={"seeds": [
         Seed(note="not a candidate of this sample", config={"THREADS": "1024"})]}))
     with ResultsStore(tmp_path / "d.sqlite") as store:
-        report = tuning.tune(plain, ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store), shapes=SHAPES[:1],
-                             dtype="bf16", configs=[best], strategy="random", budget=Budget(evaluations=1))
+        report = tuning.tune(tuning.TuneRequest(plain, SHAPES[:1], "bf16", configs=[best], strategy="random",
+                                                budget=Budget(evaluations=1)),
+                             ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
     assert [r.action for r in report.shapes[0].search.rounds] == ["first"]  # no empty start round
 
 

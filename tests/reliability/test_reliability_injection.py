@@ -46,8 +46,8 @@ def replayed(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("planted")
     worker = _PlantedWorker()
     with ResultsStore(root / "gpu.sqlite") as store:
-        tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16", sample=40, seed=2,
-                    strategy="random", budget=Budget(evaluations=6))
+        tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=2, strategy="random",
+                                       budget=Budget(evaluations=6)), worker, StoredEvaluator(worker, store))
     code = cli.main(["tune", "silu_and_mul", "--replay", str(root / "gpu.sqlite"), "--shapes", "16x4096,64x8192",
                      "--strategy", "exhaustive", "--sample", "40", "--seed", "2", "--budget", "1000",
                      "--out", str(root / "out")])

@@ -64,9 +64,10 @@ def tune_run(store: str, log: str, report: str, delay: float) -> None:
     table, verification), as a child process runs it."""
     worker = LoggingWorker(log, delay)
     with ResultsStore(store) as results:
-        done = tuning.tune(FOLDER, worker, StoredEvaluator(worker, results, run_id="tune"), shapes=SHAPES,
-                           dtype="bf16", sample=40, seed=2, strategy="auto", budget=Budget(evaluations=12),
-                           rounds=3, verify=FOLDER.spec.shapes["astra"][:3])
+        done = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=2, strategy="auto",
+                                              budget=Budget(evaluations=12), rounds=3,
+                                              verify=FOLDER.spec.shapes["astra"][:3]),
+                           worker, StoredEvaluator(worker, results, run_id="tune"))
     Path(report).write_text(done.model_dump_json())
 
 

@@ -181,8 +181,9 @@ def tune_writer(store: str, log: str, seed: int) -> None:
 
     worker = LoggingWorker(log, 0.01)
     with ResultsStore(store) as results:
-        tuning.tune(FOLDER, worker, StoredEvaluator(worker, results, run_id=f"seed{seed}"), shapes=SHAPES,
-                    dtype="bf16", sample=40, seed=seed, strategy="random", budget=Budget(evaluations=15), rounds=1)
+        tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=seed, strategy="random",
+                                       budget=Budget(evaluations=15), rounds=1),
+                    worker, StoredEvaluator(worker, results, run_id=f"seed{seed}"))
 
 
 def test_two_tuning_processes_writing_one_store_at_once_lose_nothing(tmp_path):

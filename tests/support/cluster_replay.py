@@ -45,6 +45,7 @@ def _recorded_configs(per_shape: int = 12) -> list[dict[str, int]]:
 # Every candidate, in the space's order: the search proposes the same configurations whatever any
 # one evaluation answered, so a run that lost one and a re-run of it end where an uninterrupted run does.
 OPTIONS = dict(strategy="exhaustive", configs=_recorded_configs())
+REQUEST = tuning.TuneRequest(FOLDER, SHAPES, "bf16", verify=SHAPES, **OPTIONS)
 
 
 def need_ray():
@@ -56,8 +57,7 @@ def recording() -> str:
 
 
 def tune(worker, store: ResultsStore, parallel: int = 1) -> tuning.TuneReport:
-    return tuning.tune(FOLDER, worker, StoredEvaluator(worker, store, run_id=f"tune-{KERNEL}"), shapes=SHAPES,
-                       dtype="bf16", verify=SHAPES, parallel=parallel, **OPTIONS)
+    return tuning.tune(REQUEST, worker, StoredEvaluator(worker, store, run_id=f"tune-{KERNEL}"), parallel=parallel)
 
 
 def one_worker_run(path: Path) -> tuple[tuning.TuneReport, dict]:

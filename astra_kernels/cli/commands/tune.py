@@ -76,25 +76,52 @@ def run(args) -> int:
     if len(kernels) > 1 and args.store and args.replay and args.ray is None:
         raise UsageError("--store with --replay and several kernels: each replay works on its own copy of its "
                          "kernel's recording; leave --store out (each goes to OUT/KERNEL/results.sqlite)")
-    several = len(kernels) > 1
-    if several:
+    if len(kernels) > 1:
         sets_named_somewhere([suite.load(k) for k in kernels], args)
-    for kernel in kernels:  # every name, shape and dtype checked before any kernel is tuned
-        folder = suite.load(kernel)
-        suite.check_run(folder, shapes_from(folder, args, tuning=True, several=several) or folder.spec.default_shapes(),
-                        args.dtype or folder.spec.default_dtype(), args.variant)
+    requests = tune_requests(args)
+    for request in requests:  # every name, shape and dtype checked before any kernel is tuned
+        suite.check_run(request.folder, request.shapes, request.dtype, request.variant)
     with contextlib.ExitStack() as stack:  # one run at a time per output folder (jobs/outputs.py)
         from astra_kernels.jobs import outputs
 
-        for kernel in kernels:
-            stack.enter_context(outputs.held(output_folder(args, suite.load(kernel).spec.name), "tune"))
+        for request in requests:
+            stack.enter_context(outputs.held(output_folder(args, request.folder.spec.name), "tune"))
         if args.ray is not None:
-            return _tune_on_cluster(args)
+            return _tune_on_cluster(args, requests)
         code, reports = 0, []
-        for kernel in kernels:
-            code = max(code, _tune_one(args, kernel, reports))
+        for request in requests:
+            code = max(code, _tune_one(args, request, reports))
     _print_json(args, reports)
     return code
+
+
+def tune_requests(args) -> list:
+    """Each kernel's tuning.TuneRequest, the one place the command line's choices become a tune's:
+    its shapes, dtype, search options, the shapes its table is verified at, the --start table given
+    (read before any GPU work, so a wrong file is one line; `shipped` is resolved once the GPU is
+    known), and its budget: without --seconds or --budget, TUNE_SECONDS split over the shapes
+    searched one after another (a kernel's own; on a cluster, where every shape runs at once, the
+    most any kernel has)."""
+    from astra_kernels import suite
+    from astra_kernels.defaults import TUNE_SECONDS
+    from astra_kernels.jobs import tuning
+    from astra_kernels.tools.search.runner import Budget
+
+    folders = [suite.load(k) for k in dict.fromkeys(args.kernel)]
+    several = len(folders) > 1
+    shapes = {f.spec.name: shapes_from(f, args, tuning=True, several=several) or f.spec.default_shapes() for f in folders}
+    requests = []
+    for folder in folders:
+        spec = folder.spec
+        dtype = args.dtype or spec.default_dtype()
+        in_turn = max(map(len, shapes.values())) if args.ray is not None else len(shapes[spec.name])
+        seconds = TUNE_SECONDS / in_turn if args.seconds is None and args.budget is None else args.seconds
+        requests.append(tuning.TuneRequest(
+            folder, shapes[spec.name], dtype, args.variant, strategy=args.strategy,
+            budget=Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least), rounds=args.rounds,
+            seed=args.seed, sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2,
+            start=_start_table(args, spec, dtype), verify={"tuned": [], "sets": spec.all_shapes()}[args.verify]))
+    return requests
 
 
 def _print_json(args, reports: list) -> None:
@@ -104,51 +131,35 @@ def _print_json(args, reports: list) -> None:
               "[" + ",\n".join(r.model_dump_json(indent=2) for r in reports) + "]")
 
 
-def _tune_on_cluster(args) -> int:
+def _tune_on_cluster(args, requests: list) -> int:
     """Every kernel at its shapes over the cluster's GPUs, each GPU kind tuning for itself (run()
     has checked each kernel's shapes and dtype)."""
-    from astra_kernels.defaults import TUNE_SECONDS
     from astra_kernels.jobs import cluster_tuning
     from astra_kernels.suite import recordings as shipped
-    from astra_kernels import suite
     from astra_kernels.tools.measuring.results import ResultsStore
-    from astra_kernels.tools.search.runner import Budget
 
-    jobs, stores = [], {}
-    for kernel in dict.fromkeys(args.kernel):
-        folder = suite.load(kernel)
-        shapes = shapes_from(folder, args, tuning=True, several=len(set(args.kernel)) > 1) or folder.spec.default_shapes()
-        dtype = args.dtype or folder.spec.default_dtype()
-        verify = {"tuned": [], "sets": folder.spec.all_shapes()}[args.verify]
-        recording = str(shipped.resolve(args.replay, folder.spec.name)) if args.replay else None
-        jobs.append(cluster_tuning.KernelJob(folder, shapes, dtype, args.variant, tuple(verify), recording))
-    recordings = [j.recording for j in jobs] if args.replay else None
-    seconds = args.seconds
-    if seconds is None and args.budget is None:
-        seconds = TUNE_SECONDS / max(len(j.shapes) for j in jobs)  # the shapes run at once, not in turn
-    budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
-    given = _start_table(args, jobs[0].folder.spec, jobs[0].dtype)  # --start TABLE: one kernel (run() checked)
-    paths = {j.folder.spec.name: Path(args.store or output_folder(args, j.folder.spec.name) / "results.sqlite")
-             for j in jobs}
+    names = [r.folder.spec.name for r in requests]
+    recordings = {name: str(shipped.resolve(args.replay, name)) for name in names} if args.replay else None
+    paths = {name: Path(args.store or output_folder(args, name) / "results.sqlite") for name in names}
+    stores = {}
     with contextlib.ExitStack() as stack:
         for name, path in paths.items():
             stores[name] = stack.enter_context(ResultsStore(path))
         stack.enter_context(_saved_if_interrupted("every evaluation so far, in the results store(s) "
                                                   + ", ".join(str(p) for p in paths.values())))
-        pool = stack.enter_context(cluster_pool(args, recordings, f"tuning {', '.join(stores)}"))
+        pool = stack.enter_context(cluster_pool(args, list(recordings.values()) if recordings else None,
+                                                f"tuning {', '.join(stores)}"))
         kinds = pool.kinds
-        starts = {(kind, job.folder.spec.name): table for kind in kinds for job in jobs
-                  if (table := given or _shipped_start(args, job.folder.spec, job.dtype, kind)) is not None}
-        reports = cluster_tuning.tune_on_cluster(
-            pool, jobs, stores, strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
-            sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2, starts=starts)
+        starts = {(kind, r.folder.spec.name): table for kind in kinds for r in requests if r.start is None
+                  and (table := _shipped_start(args, r.folder.spec, r.dtype, kind)) is not None}
+        reports = cluster_tuning.tune_on_cluster(pool, requests, stores, recordings=recordings, starts=starts)
     code, printed = 0, []
     for (kind, name), report in reports.items():
-        job = next(j for j in jobs if j.folder.spec.name == name)
+        request = requests[names.index(name)]
         out = output_folder(args, name)
         tuned_on = [k for k, n in reports if n == name]  # a replay: the kinds its recording holds
         out = out / cluster_tuning.kind_folder(kind, kinds) if len(tuned_on) > 1 else out
-        code = max(code, finish(args, job.folder, report, out, paths[name]))
+        code = max(code, finish(args, request.folder, report, out, paths[name]))
         printed.append(report)
     _print_json(args, printed)
     return code
@@ -161,8 +172,9 @@ def output_folder(args, name: str) -> Path:
     return Path(f"out/{name}")
 
 
-def _tune_one(args, kernel: str, reports: list) -> int:
-    from astra_kernels.defaults import TUNE_SECONDS
+def _tune_one(args, request, reports: list) -> int:
+    import dataclasses
+
     from astra_kernels.evaluators import open_evaluator
     from astra_kernels.jobs import tuning
     from astra_kernels import suite
@@ -171,12 +183,10 @@ def _tune_one(args, kernel: str, reports: list) -> int:
     from astra_kernels.tools.measuring.probes import record_launch_floor
     from astra_kernels.tools.measuring.results import ResultsStore
     from astra_kernels.tools.measuring.worker import EvaluationWorker
-    from astra_kernels.tools.search.runner import Budget, StoredEvaluator
+    from astra_kernels.tools.search.runner import StoredEvaluator
 
-    folder = suite.load(kernel)
+    folder = request.folder
     spec = folder.spec
-    shapes = shapes_from(folder, args, tuning=True, several=len(set(args.kernel)) > 1) or spec.default_shapes()
-    dtype = args.dtype or spec.default_dtype()  # run() has checked the kernel runs at these
     out = output_folder(args, spec.name)
     store_path = Path(args.store or out / "results.sqlite")
     # a replay is offered only for a kernel that has a shipped recording (a folder of the user's has none)
@@ -186,20 +196,15 @@ def _tune_one(args, kernel: str, reports: list) -> int:
             "tuning measures kernels, so it needs an NVIDIA GPU. What runs without one: "
             + (f"`astra tune {spec.name} --replay recorded` (the same run, answered from the recording shipped "
                "for this kernel), " if replayable else "")
-            + f"`astra space {spec.name} --shape {spec.label(shapes[0])}` (the pruned search space, compiled), "
+            + f"`astra space {spec.name} --shape {spec.label(request.shapes[0])}` (the pruned search space, compiled), "
             f"`astra check {spec.name}` (compiles the baseline and sampled configurations)."))
     except AstraError as exc:  # NoGpuError among them: what runs without one
         return cannot_measure(exc)
-    seconds = args.seconds
-    if seconds is None and args.budget is None:
-        seconds = TUNE_SECONDS / len(shapes)
-    budget = Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least)
-    verify = {"tuned": [], "sets": spec.all_shapes()}[args.verify]
-    start = _start_table(args, spec, dtype)
     with _saved_if_interrupted(f"every evaluation so far, in the results store {store_path}"), \
             worker_context as worker, ResultsStore(store_path) as store:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
-        start = start or _shipped_start(args, spec, dtype, worker.device["name"])
+        if request.start is None:
+            request = dataclasses.replace(request, start=_shipped_start(args, spec, request.dtype, worker.device["name"]))
         if isinstance(worker, EvaluationWorker):  # the GPU's launch floor, kept for a replay of the store
             record_launch_floor(worker, store)
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
@@ -215,10 +220,7 @@ def _tune_one(args, kernel: str, reports: list) -> int:
                 if done == total:  # the search that follows counts evaluations, of no known total
                     update(restart=True, description=f"{spec.name} {label}: searching")
 
-            report = tuning.tune(folder, worker, evaluator, shapes=shapes, dtype=dtype, variant=args.variant,
-                                 strategy=args.strategy, budget=budget, rounds=args.rounds, seed=args.seed,
-                                 sample=args.sample, verify=verify, max_spill_bytes=args.max_spill_bytes,
-                                 progress=progress, compiling=compiling, l2=args.l2, start=start,
+            report = tuning.tune(request, worker, evaluator, progress=progress, compiling=compiling,
                                  searched=None if console.is_terminal else _searched_line(args, spec.name))
     reports.append(report)
     return finish(args, folder, report, out, store_path)

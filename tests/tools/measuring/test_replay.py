@@ -24,8 +24,8 @@ def _record(path, evaluations=6):
     """A 'GPU run': the scripted worker tunes two shapes into a results store."""
     worker = ScriptedWorker()
     with ResultsStore(path) as store:
-        report = tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
-                             sample=40, seed=2, strategy="random", budget=Budget(evaluations=evaluations))
+        report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=2, strategy="random",
+                                                budget=Budget(evaluations=evaluations)), worker, StoredEvaluator(worker, store))
     return report
 
 
@@ -40,8 +40,8 @@ def test_replay_answers_recorded_candidates_and_refuses_the_rest(tmp_path):
     replay = ReplayWorker(tmp_path / "gpu.sqlite")
     assert replay.device["name"] == "Scripted GPU" and replay.device["arch"] == "sm_90"
     with ResultsStore(tmp_path / "gpu.sqlite") as store:
-        report = tuning.tune(FOLDER, replay, StoredEvaluator(replay, store), shapes=SHAPES, dtype="bf16",
-                             sample=40, seed=2, strategy="exhaustive")
+        report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=2, strategy="exhaustive"),
+                             replay, StoredEvaluator(replay, store))
     assert _rows(tmp_path / "gpu.sqlite") == before  # refusals are not written as measurements
     with sqlite3.connect(tmp_path / "gpu.sqlite") as db:
         fastest = dict(db.execute("SELECT shape, min(median_us) FROM results WHERE which = 'template' "
@@ -176,8 +176,9 @@ def test_a_recorded_worker_answers_everything_from_its_recording(tmp_path):
 
     def run(store_name: str, evaluations: int):
         with ResultsStore(tmp_path / store_name) as store:
-            report = tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=SHAPES, dtype="bf16",
-                                 sample=40, seed=2, strategy="random", budget=Budget(evaluations=evaluations))
+            report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=2, strategy="random",
+                                                    budget=Budget(evaluations=evaluations)),
+                                 worker, StoredEvaluator(worker, store))
             return report, {r["key"]: r["result"] for r in store.rows()}
 
     _, answered = run("same.sqlite", 6)  # the recorded run again: every answer the recorded one

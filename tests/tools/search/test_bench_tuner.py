@@ -29,8 +29,8 @@ def test_strategies_replayed_from_a_stored_exhaustive_run(tmp_path):
     store_path = tmp_path / "r.sqlite"
     worker = ScriptedWorker()
     with ResultsStore(store_path) as store:
-        report = tuning.tune(FOLDER, worker, StoredEvaluator(worker, store), shapes=[{"T": 16, "D": 4096}],
-                             dtype="bf16", strategy="exhaustive", sample=60, seed=4)
+        report = tuning.tune(tuning.TuneRequest(FOLDER, [{"T": 16, "D": 4096}], "bf16", strategy="exhaustive", sample=60,
+                                                seed=4), worker, StoredEvaluator(worker, store))
     measured = worker.calls
     out = tmp_path / "bench.json"
     packed = tmp_path / "r.sqlite.gz"  # the form of the recordings under bench/data/
