@@ -69,7 +69,7 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         if isinstance(instance, Exclusion):
             raise AstraError(f"the default configuration is excluded at {folder.spec.label(shape)}: {instance.reason}")
         options = instance.compile_options(suite.base_options(state["dtype"], folder.spec.variants["default"], None))
-        compile_source(code, options, timeout_s=COMPILE_TIMEOUT_S)
+        compile_source(template.code, options, timeout_s=COMPILE_TIMEOUT_S)  # what the tuner's requests compile
     except CompileError as exc:
         return {**failed(state, candidate.model_copy(update={"verdict": "compile_error", "message": str(exc)}),
                          "templater"), "calls": asker.calls}

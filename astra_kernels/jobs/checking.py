@@ -93,9 +93,11 @@ def _row(base: dict, which: str, config: dict[str, int],
 
 
 def table_configs(table: DispatchTable) -> list[tuple[str, dict[str, int]]]:
-    """Every (source, configuration) the table can launch away from its tuned shapes: its entries'
-    and its general one, each once, in table order. The baseline is left out: it is the
-    production kernel, checked with every sample of `astra check`."""
+    """The (source, configuration) pairs the table names: its entries' and its general one, each
+    once, in table order. The baseline is left out: it is the production kernel, checked with every
+    sample of `astra check`. pick() can launch others away from the tuned shapes (the closest
+    runnable configuration, a configuration moved one value at an untuned width): table_plan adds
+    the pick at each check shape, and every benchmark time is a checked evaluation."""
     found: list[tuple[str, dict[str, int]]] = []
     pairs = [(e.source, e.config) for e in table.entries if e.source != "baseline"]
     for pair in pairs + ([("template", table.general)] if table.general else []):

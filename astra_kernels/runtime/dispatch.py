@@ -175,9 +175,10 @@ class DispatchTable(BaseModel):
         thread do other work here than where it was tuned (its template's `work:`, say two passes
         over a row's slice instead of one) or cannot run here: the configuration of the next
         nearest width's nearest entry whose work stays what it was where it was tuned, else the
-        nearest entry's own configuration with one parameter the launch geometry does not read
-        moved one value, where that runs here with the work a thread did where it was tuned (a
-        measured configuration before a variant of one). None where the nearest entry's work stays, it is
+        nearest entry's own configuration (of the folder's template: the export's C++ holds the
+        values of its parameters only) with one parameter the launch geometry does not read moved
+        one value, where that runs here with the work a thread did where it was tuned (a measured
+        configuration before a variant of one). None where the nearest entry's work stays, it is
         the baseline's, its source declares no work, or neither kind keeps it: the ordinary
         nearest pick then.
 
@@ -225,8 +226,8 @@ class DispatchTable(BaseModel):
                 continue
             if (kept := keeps(entry.source, entry.config, entry.shape)) is not None:
                 named = "" if entry.source == "template" else f": {entry.source}"
-                return Pick(entry.config, f"tuned shape {spec.label(entry.shape)}, the nearest whose work per thread "
-                                          f"stays as tuned ({kept}){named}", entry.source)
+                return Pick(entry.config, f"work per thread kept ({kept}): tuned shape {spec.label(entry.shape)}'s "
+                                          f"configuration{named}", entry.source)
         tuned = run(first.source, first.config, first.shape)
         if first.source != "template" or tuned is None:  # the export's C++ knows the folder template's values only
             return None
@@ -241,8 +242,8 @@ class DispatchTable(BaseModel):
                     moved = {**first.config, parameter.name: parameter.values[step]}
                     here = run("template", moved, shape)
                     if here is not None and here.work == tuned.work:
-                        return Pick(moved, f"tuned shape {spec.label(first.shape)} with {parameter.name}="
-                                           f"{parameter.values[step]}: its launch and work per thread kept ({tuned.work})")
+                        return Pick(moved, f"work per thread kept ({tuned.work}): tuned shape {spec.label(first.shape)}'s "
+                                           f"configuration with {parameter.name}={parameter.values[step]}")
         return None
 
     def pick(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> Pick:

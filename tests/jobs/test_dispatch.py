@@ -71,7 +71,7 @@ def test_at_an_untuned_width_the_nearest_configuration_keeping_a_thread_s_work_i
     1.8-2.1 on an H200); 1x28672's 128 threads x 32 chunks keep their one round (112 vectors there)."""
     table = _table({(1, 14336): NARROW, (1, 28672): WIDE})
     assert table.pick({"T": 1, "D": 18944}) == (
-        WIDE, "tuned shape 1x28672, the nearest whose work per thread stays as tuned (1)", "template")
+        WIDE, "work per thread kept (1): tuned shape 1x28672's configuration", "template")
     # where the nearest keeps its work (1536 vectors: 48 a chunk, one round), the ordinary pick
     assert table.pick({"T": 1, "D": 12288}) == (NARROW, "nearest tuned shape 1x14336", "template")
     # at a tuned width the work is not weighed: 2x14336 is outside its width's range, 1x14336 is nearest
@@ -91,7 +91,7 @@ def test_a_source_that_declares_no_work_keeps_the_nearest_pick():
     assert table.pick({"T": 1, "D": 18944}) == (NARROW, "nearest tuned shape 1x14336: mine", "mine")
     with_work = DispatchTable.model_validate({**table.model_dump(), "sources": {"mine": suite.load("silu_and_mul").template.source}})
     assert with_work.pick({"T": 1, "D": 18944}) == (
-        WIDE, "tuned shape 1x28672, the nearest whose work per thread stays as tuned (1): mine", "mine")
+        WIDE, "work per thread kept (1): tuned shape 1x28672's configuration: mine", "mine")
 
 
 def test_a_baseline_entry_is_carried_as_before():
@@ -121,7 +121,7 @@ def test_where_no_other_width_keeps_the_work_the_nearest_configuration_moves_one
     took 2.83-2.92."""
     table = _norm_table({(1, 4096): EXACT, (128, 11008): FAR})
     assert table.pick({"T": 1, "H": 3584}) == (
-        {**EXACT, "STATIC_ROW": 1}, "tuned shape 1x4096 with STATIC_ROW=1: its launch and work per thread kept (1)",
+        {**EXACT, "STATIC_ROW": 1}, "work per thread kept (1): tuned shape 1x4096's configuration with STATIC_ROW=1",
         "template")
     # a move of a parameter the launch reads is never made: at 3450x5120, 3450x4096's 256 threads
     # x 2 vectors would need 512 threads or a cluster of 2 (0.79-0.87x of the fastest peer measured)

@@ -10,6 +10,7 @@ error naming the line.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import random
@@ -119,8 +120,9 @@ class Template:
     shared: Expression | None = None
     fast_math: Expression | None = None
     max_registers: Expression | None = None
-    # The serial work of one thread (`//@ work:`): read by the dispatch at a shape no table was
-    # tuned at, never by the compiler or the measurement (runtime/dispatch.py)
+    # The serial work of one thread (`//@ work:`): evaluated with the geometry (an expression that
+    # fails fails there as grid's would), read only by the dispatch at a width no table was tuned
+    # at (runtime/dispatch.py); not compiled, not keyed (`code`)
     work: Expression | None = None
     default: dict[str, int] = field(default_factory=dict)
     build: Build = field(default_factory=Build)
@@ -136,7 +138,7 @@ class Template:
     def names(self) -> list[str]:
         return [p.name for p in self.parameters]
 
-    @property
+    @functools.cached_property
     def code(self) -> str:
         """What is compiled and what a measurement is keyed by: the source with its `work:` line
         blank. The work a thread does is a hint to the dispatch, not part of the kernel: a template
