@@ -271,8 +271,11 @@ def plan_array_sizes(table: DispatchTable) -> tuple[int, int]:
 
 def covered_shapes(table: DispatchTable, folder: suite.KernelFolder,
                    extra: list[dict[str, int]] = ()) -> list[dict[str, int]]:
+    """The shapes the file holds a binary of the pick at: the table's, the spec's sets, its sweep
+    (the token axis at the serving widths and at the held-out ones, where the pick may move a
+    configuration one value: a norm's row length compiled in is a binary per width) and `extra`."""
     seen, shapes = set(), []
-    for shape in [*(e.shape for e in table.entries), *folder.spec.all_shapes(), *extra]:
+    for shape in [*(e.shape for e in table.entries), *folder.spec.all_shapes(), *folder.spec.sweep_shapes(), *extra]:
         key = tuple(shape[s] for s in folder.spec.symbols)
         if key not in seen:
             seen.add(key)
