@@ -1,25 +1,18 @@
-"""The agent as a LangGraph graph: state, context, routing, and the builder.
+"""The agent as a LangGraph graph: routing, the builder, checkpoints, Studio's entry.
 
     from astra_kernels.graph import build_graph, RunContext
     app = build_graph().compile(checkpointer=...)
     app.invoke({"kernel": "silu_and_mul"}, context=RunContext(model="openai:o4-mini"))
 
-The builder imports every node, and every node imports graph.state and graph.context, so this
-package imports the builder only when `build_graph`, `graph` or `recursion_limit` is first asked
-for: importing a node in a fresh interpreter must not start a cycle through here.
+The state and context schema are nodes/state.py and nodes/context.py: every node reads them, so
+they sit below the nodes, and no node imports this package. They are named here too, as the
+graph's schema.
 """
 
-from .context import RunContext
-from .state import AgentInput, AgentOutput, AgentState, Candidate, Decision
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentInput, AgentOutput, AgentState, Candidate, Decision
+
+from .builder import build_graph, graph, recursion_limit
 
 __all__ = ["AgentInput", "AgentOutput", "AgentState", "Candidate", "Decision", "RunContext", "build_graph", "graph",
            "recursion_limit"]
-
-_FROM_BUILDER = ("build_graph", "graph", "recursion_limit")
-
-
-def __getattr__(name: str):
-    if name in _FROM_BUILDER:
-        from . import builder
-        return getattr(builder, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from astra_kernels.graph.builder import build_graph, recursion_limit
-from astra_kernels.graph.context import RunContext
+from astra_kernels.nodes.context import RunContext
 
 FAST_P = (1.0, 1.05, 1.1)
 COMPILE_FAILED = ("compile_error", "invalid", "duplicate")  # verdicts of a candidate that never ran

@@ -19,8 +19,8 @@ from astra_kernels.nodes.tester import test
 from astra_kernels.nodes.tuner import tune
 
 from . import routing
-from .context import RunContext
-from .state import AgentInput, AgentOutput, AgentState
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentInput, AgentOutput, AgentState
 
 
 def build_graph(context_schema: type[RunContext] = RunContext) -> StateGraph:
@@ -49,7 +49,7 @@ def build_graph(context_schema: type[RunContext] = RunContext) -> StateGraph:
 def recursion_limit(context: RunContext) -> int:
     """Steps a run can take at most: every round may repair its candidates `retries` times (the
     parallel branches of a round count as one step) and a template as often again after its tuning."""
-    return 8 + context.rounds * (4 * (context.retries + 1) + 3)
+    return 8 + context.rounds * (4 * (context.fixes + 1) + 3)
 
 
 graph = build_graph().compile()

@@ -3,7 +3,7 @@
 A checkpoint file is input like any other. With LangGraph's default serializer, whoever can write
 one can make the run that resumes from it import and call whatever the file names: a pickle
 (when the pickle fallback is on) or a msgpack constructor record of any module (allowed, with a
-warning, in langgraph-checkpoint 4). The agent's state is plain JSON by design (graph/state.py),
+warning, in langgraph-checkpoint 4). The agent's state is plain JSON by design (nodes/state.py),
 so it needs none of that: this saver reads only msgpack, builds only the types on LangGraph's
 safe list (its interrupts and commands among them; anything else comes back as inert data and
 is logged as blocked) and refuses any other format, pickles included, with an error naming it.

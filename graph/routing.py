@@ -2,7 +2,7 @@
 
 The loop caps itself: planner rounds and per-candidate attempts are counted in the state and
 bounded by the context, so a run ends in the reporter long before LangGraph's recursion limit.
-A rewrite round fans out: `candidates` generator branches at once (LangGraph's `Send`, each
+A rewrite round fans out: `best_of` generator branches at once (LangGraph's `Send`, each
 with its slot), and after the tester only the failed ones go back for a repair.
 """
 
@@ -13,8 +13,8 @@ from typing import Literal
 from langgraph.runtime import Runtime
 from langgraph.types import Send
 
-from .context import RunContext
-from .state import FAILED, AgentState, next_candidate_id
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import FAILED, AgentState, next_candidate_id
 
 
 def after_load(state: AgentState) -> Literal["planner", "profiler", "reporter"]:
@@ -31,12 +31,12 @@ def _to_generator(state: AgentState, slots: list[int]) -> list[Send]:
 
 
 def after_planner(state: AgentState, runtime: Runtime[RunContext]):
-    """To `candidates` generator branches, the templater, the tuner, or the reporter."""
+    """To `best_of` generator branches, the templater, the tuner, or the reporter."""
     action = state["decision"]["action"]
     if action in ("rewrite", "templatize") and not runtime.context.has_model("coder"):
         return "reporter"  # only a model rewrites or re-templates; the rules never ask for it
     if action == "rewrite":
-        return _to_generator(state, list(range(max(1, runtime.context.candidates))))
+        return _to_generator(state, list(range(max(1, runtime.context.best_of))))
     return {"templatize": "templater", "tune": "tuner"}.get(action, "reporter")
 
 
@@ -44,12 +44,12 @@ def after_tester(state: AgentState, runtime: Runtime[RunContext]):
     """The failed drafts that have attempts left go back to their generator branch; the rest wait
     for them, then all go to the profiler."""
     again = [d["slot"] for d in state.get("drafts", [])
-             if d["verdict"] in FAILED and d["attempts"] <= runtime.context.retries]
+             if d["verdict"] in FAILED and d["attempts"] <= runtime.context.fixes]
     return _to_generator(state, again) if again else "profiler"
 
 
 def _retry_or_plan(state: AgentState, runtime: Runtime[RunContext], again: str) -> str:
-    return again if state.get("retries", 0) <= runtime.context.retries else "planner"
+    return again if state.get("failed_attempts", 0) <= runtime.context.fixes else "planner"
 
 
 def after_templater(state: AgentState, runtime: Runtime[RunContext]) -> Literal["tuner", "templater", "planner"]:

@@ -1,6 +1,6 @@
 """generator: the chat model rewrites the kernel directly (Astra's move), one candidate per slot.
 
-With `candidates` N above one the planner sends N of these at once (LangGraph's `Send`), each
+With `best_of` N above one the planner sends N of these at once (LangGraph's `Send`), each
 its own conversation, so the model's answers come in parallel. A first draft is asked with the
 kernel that holds the most shapes, the facts (the kernel's meaning, the GPU, the per-shape
 floors), what was tried and the planner's optimizations; a repair is asked in the conversation
@@ -17,8 +17,8 @@ import time
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, Decision
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate, Decision
 from astra_kernels.tools.errors import AstraError
 
 from astra_kernels.nodes.shared import answers
@@ -78,7 +78,7 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     if previous is not None:  # a repair, in the conversation that made the failed draft
         messages, attempts = repair_messages(previous), previous.attempts + 1
     else:
-        messages, attempts = first_request(state, decision, slot, max(1, context.candidates)), 1
+        messages, attempts = first_request(state, decision, slot, max(1, context.best_of)), 1
     candidate = Candidate(id=state["next_id"] + slot, origin="rewrite", source="",
                           idea=decision.optimizations, slot=slot, attempts=attempts)
     try:
@@ -99,7 +99,7 @@ def generate(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         candidate = candidate.model_copy(update={"verdict": "invalid", "message": str(exc),
                                                  "conversation": conversation})
         if isinstance(exc, BudgetSpent):  # no repair could be asked either: the slot is done
-            candidate.attempts = context.retries + 1
+            candidate.attempts = context.fixes + 1
     update = {"drafts": [candidate.model_dump()], "calls": asker.calls}
     if candidate.verdict == "pending":
         line = say("generator", f"candidate {candidate.id} (slot {slot}, attempt {attempts}): "

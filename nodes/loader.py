@@ -19,8 +19,8 @@ import time
 
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, FrontEntry, ModelCall
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate, FrontEntry, ModelCall
 from astra_kernels.jobs.benchmark import shipped_table_for
 from astra_kernels import suite
 
@@ -51,7 +51,7 @@ def load(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     worker = stored_evaluator(context, spec.name).worker
     gpu = {"device": dict(worker.device or {}), "launch_floor_us": launch_floor_us(context, spec.name),
            "copy_bandwidth_gbs": baseline.copy_bandwidth_gbs}
-    update = {"dtype": dtype, "shapes": shapes, "template": folder.template.source, "round": 0, "retries": 0,
+    update = {"dtype": dtype, "shapes": shapes, "template": folder.template.source, "round": 0, "failed_attempts": 0,
               "tuned": [], "started_at": started, "candidate": None, "decision": None, "gpu": gpu,
               "gpu_seconds": baseline.gpu_seconds, "calls": calls}
     if baseline.verdict != "passed":

@@ -1,6 +1,6 @@
 """planner: the next action from the measured facts, by the chat model or by rules.
 
-With a model (the planner role's), the decision is structured output (graph/state.py Decision)
+With a model (the planner role's), the decision is structured output (nodes/state.py Decision)
 from the facts: the kernel's meaning and the GPU, each shape's time against its bytes floor and
 launch floor, the kernel that holds the most shapes, and what every earlier candidate tried
 and what it changed per shape. Without one, or when the model's answer stays unusable, the
@@ -15,8 +15,8 @@ import time
 
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Decision
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Decision
 
 from astra_kernels.nodes.shared.attempts import history_text, holder, lessons_text, template_key
 from astra_kernels.nodes.shared.chat import (
@@ -48,7 +48,7 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         tuned = "yes" if template_key(state["template"]) in state.get("tuned", []) else "no"
         user = prompt("planner", facts=model_facts(state), tried=history_text(state), lessons=lessons_text(state),
                       source=best.source, holder=f"candidate {best.id} ({best.origin})", tuned=tuned, round=str(done + 1),
-                      rounds=str(context.rounds), candidates=str(context.candidates))
+                      rounds=str(context.rounds), best_of=str(context.best_of))
         asker = role_asker(context, "planner", state, "planner", model, round=done + 1)
         try:
             decision = ask_structured(asker, prompt("planner_system"), user, Decision)
@@ -62,5 +62,5 @@ def plan(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             decision.rationale = f"the plan was to {wanted} but no coder model is configured; by the rules: " \
                                  f"{decision.rationale}"
     line = say("planner", f"round {done + 1}: {decision.action}: {decision.rationale}", action=decision.action)
-    return {"decision": decision.model_dump(), "round": done + 1, "retries": 0, "candidate": None, "drafts": None,
+    return {"decision": decision.model_dump(), "round": done + 1, "failed_attempts": 0, "candidate": None, "drafts": None,
             "calls": calls, "events": [line], "lessons": [f"round {done + 1}: {lesson}" for lesson in decision.lessons]}

@@ -15,8 +15,8 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from astra_kernels.defaults import TIMING_NOISE
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate, FrontEntry
 
 from astra_kernels.nodes.shared.attempts import holder, per_shape_change
 from astra_kernels.nodes.shared.evidence import nsight_profiles

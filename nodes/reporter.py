@@ -24,8 +24,8 @@ from pathlib import Path
 
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, Decision, FrontEntry
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate, Decision, FrontEntry
 
 from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable

@@ -15,8 +15,8 @@ from __future__ import annotations
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, Decision, next_candidate_id
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate, Decision, next_candidate_id
 from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError, CompileError
 from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
@@ -78,7 +78,7 @@ def templatize(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             candidate = candidate.model_copy(update={"conversation": from_messages(exc.conversation)})
         update = failed(state, candidate.model_copy(update={"verdict": "invalid", "message": str(exc)}), "templater")
         if isinstance(exc, BudgetSpent):  # no repair could be asked either: back to the planner
-            update["retries"] = context.retries + 1
+            update["failed_attempts"] = context.fixes + 1
         return {**update, "calls": asker.calls}
     candidate = candidate.model_copy(update={"verdict": "passed"})
     line = say("templater", f"candidate {candidate.id}: a template of {len(template.parameters)} parameters, "

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate
 
 from astra_kernels.nodes.shared import answers
 from astra_kernels.nodes.shared.attempts import first_line

@@ -15,8 +15,8 @@ import time
 
 from langgraph.runtime import Runtime
 
-from astra_kernels.graph.context import RunContext
-from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement, next_candidate_id
+from astra_kernels.nodes.context import RunContext
+from astra_kernels.nodes.state import AgentState, Candidate, ShapeMeasurement, next_candidate_id
 from astra_kernels import suite
 from astra_kernels.jobs import checking, tuning
 from astra_kernels.tools.search.runner import Budget

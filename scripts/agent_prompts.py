@@ -58,7 +58,7 @@ def main() -> int:
         f"The suite's parameters.\n```cuda\n{folder.template.source}```", decision("stop")])
     model.seen = []
     context = RunContext(chat_model=model, replay=args.replay, results=args.results, tune_seconds=20, rounds=3,
-                         retries=1)
+                         fixes=1)
     app = build_graph().compile()
     app.invoke({"kernel": folder.name}, context=context, config={"recursion_limit": recursion_limit(context)})
     lines = [f"# The prompts of one run ({folder.name}, captured {datetime.now(UTC).date()})", ""]

@@ -163,7 +163,7 @@ class TuneRequest:
     variant: str = "default"
     strategy: str = "auto"
     budget: Budget | None = None
-    rounds: int = 3
+    search_rounds: int = 3
     seed: int = 0
     sample: int | None = None
     configs: list[dict[str, int]] | None = None
@@ -234,7 +234,7 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
         outcome = search_rounds(
             chosen, [c.config for c in space.candidates],
             lambda config, shape=shape: request("template", shape, config),
-            evaluator, budget or Budget(), rounds=tune_request.rounds, seed=tune_request.seed,
+            evaluator, budget or Budget(), rounds=tune_request.search_rounds, seed=tune_request.seed,
             plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
             labels=labels("template", shape),
             progress=(lambda trial, label=label: progress(label, trial)) if progress else None,

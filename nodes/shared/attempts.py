@@ -1,4 +1,4 @@
-"""Attempts and their bookkeeping, shared by the nodes that make candidates: a failed attempt into the history (counted against the retries), the repair asked in the
+"""Attempts and their bookkeeping, shared by the nodes that make candidates: a failed attempt into the history (counted against the fixes), the repair asked in the
 conversation that made it, the history told to the model, and the key under which a template
 counts as tuned."""
 
@@ -8,7 +8,7 @@ import hashlib
 
 from langchain_core.messages import HumanMessage
 
-from astra_kernels.graph.state import AgentState, Candidate, FrontEntry
+from astra_kernels.nodes.state import AgentState, Candidate, FrontEntry
 
 from .chat import to_messages
 from .progress import say
@@ -45,7 +45,7 @@ def failed(state: AgentState, candidate: Candidate, node: str) -> dict:
     """A finished, failed attempt: into the history, and counted against the retries."""
     line = say(node, f"candidate {candidate.id} {candidate.verdict}: {first_line(candidate.message)}")
     return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
-            "retries": state.get("retries", 0) + 1, "events": [line]}
+            "failed_attempts": state.get("failed_attempts", 0) + 1, "events": [line]}
 
 
 def first_line(text: str, width: int = 200) -> str:

@@ -34,7 +34,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from astra_kernels.graph.state import Message, ModelCall
+from astra_kernels.nodes.state import Message, ModelCall
 from astra_kernels.redaction import redact
 from astra_kernels.tools.errors import AstraError
 

@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from astra_kernels.evaluators import replayed
-from astra_kernels.graph.state import AgentState, Candidate
+from astra_kernels.nodes.state import AgentState, Candidate
 from astra_kernels import suite
 from astra_kernels.tools.measuring import nsight
 from astra_kernels.tools.measuring.worker import EvaluationWorker

@@ -13,7 +13,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from astra_kernels.graph.state import AgentState, Candidate
+from astra_kernels.nodes.state import AgentState, Candidate
 from astra_kernels import suite
 from astra_kernels.suite.schema import KERNEL_DTYPE, KernelSpec
 from astra_kernels.tools.measuring.problem import Problem

@@ -28,7 +28,7 @@ class ShapeRow:
     @classmethod
     def from_measurement(cls, m, *, launch_floor_us: float | None = None,
                          baseline_us: float | None = None) -> ShapeRow:
-        """A row from a graph/state.py ShapeMeasurement: its floor_us, else its fraction of copy
+        """A row from a nodes/state.py ShapeMeasurement: its floor_us, else its fraction of copy
         bandwidth times its time (the same number: floor / time is that fraction)."""
         floor = getattr(m, "floor_us", None) or (
             m.fraction_of_copy_bandwidth * m.median_us if m.fraction_of_copy_bandwidth and m.median_us else None)

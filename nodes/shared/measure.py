@@ -21,7 +21,7 @@ from astra_kernels.tools.search.runner import StoredEvaluator
 from astra_kernels.tools.toolchain.compiler import compile_many
 from astra_kernels.tools.templating.template import Exclusion, Template, TemplateError, parse_template
 
-from astra_kernels.graph.state import AgentState, Candidate, ShapeMeasurement
+from astra_kernels.nodes.state import AgentState, Candidate, ShapeMeasurement
 
 def session(context) -> EvaluatorSession:
     """The evaluator session the run borrows from: the context's, else this process's."""

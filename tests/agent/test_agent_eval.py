@@ -37,7 +37,7 @@ def test_a_model_whose_rewrite_wins_is_counted_and_its_speedup_over_search_alone
 def test_a_model_that_never_compiles_adds_nothing_and_the_eval_says_so(tmp_path):
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), "no code at all", "still none", "nothing",
                                        decision("stop")])
-    result = evaluate_kernel("silu_and_mul", PAYLOAD, context(model, tmp_path, retries=2), tmp_path / "eval")
+    result = evaluate_kernel("silu_and_mul", PAYLOAD, context(model, tmp_path, fixes=2), tmp_path / "eval")
     assert result.model_candidates >= 1 and result.compiled == 0 and result.passed == 0
     assert result.speedups() == {"16x4096": 1.0, "64x8192": 1.0}  # no better, no worse than search alone
     assert result.fast(1.0) == 0.0 and result.slower(0.02) == []

@@ -123,7 +123,7 @@ def test_a_template_wrong_everywhere_goes_back_to_the_templater_with_sample_erro
 def test_best_of_n_keeps_the_one_right_candidate_of_three(tmp_path):
     answers = [code_answer("compile_error"), code_answer("wrong"), code_answer("us=1.5")]
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), *answers, decision("stop")])
-    result = run(tmp_path, model, candidates=3, retries=0)
+    result = run(tmp_path, model, best_of=3, fixes=0)
     assert sorted(verdicts(result)) == ["accepted", "compile_error", "incorrect"]
     assert len({c["id"] for c in result["history"]}) == 3 and {c["slot"] for c in result["history"]} == {0, 1, 2}
     winner = next(c for c in result["history"] if c["verdict"] == "accepted")
@@ -143,7 +143,7 @@ def test_the_n_drafts_are_asked_in_parallel(tmp_path):
 
     model = Parallel(answers=["ready", decision("rewrite"), code_answer("us=2.0"), code_answer("us=1.5"),
                               code_answer("us=1.8"), decision("stop")])
-    result = run(tmp_path, model, candidates=3, retries=0)
+    result = run(tmp_path, model, best_of=3, fixes=0)
     assert len(verdicts(result)) == 3  # all three drafts were tested and judged
     assert all(e["median_us"] == 1.5 for e in result["front"].values())  # the fastest holds every shape
 
@@ -246,7 +246,7 @@ def test_repairs_keep_the_turns_alternating_after_unusable_answers_and_timeouts(
     timeout = openai.APITimeoutError(request=httpx.Request("POST", "http://x/v1/chat/completions"))
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), "no code", "still none", timeout, timeout,
                                        code_answer("us=1.5"), decision("stop")])
-    result = run(tmp_path, model, retries=2)
+    result = run(tmp_path, model, fixes=2)
     assert verdicts(result) == ["invalid", "invalid", "accepted"]
     after_unusable, after_timeout = model.seen[4], model.seen[5]
     for messages in (after_unusable, after_timeout):
@@ -343,7 +343,7 @@ def test_identical_drafts_of_one_round_are_measured_once_and_the_twin_is_repaire
     gpu = FakeGPU()
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), code_answer("us=1.5"), code_answer("us=1.5"),
                                        code_answer("us=1.2"), decision("stop")])
-    result = run(tmp_path, model, candidates=2, retries=1, gpu=gpu)
+    result = run(tmp_path, model, best_of=2, fixes=1, gpu=gpu)
     by_verdict = sorted(verdicts(result))
     assert by_verdict == ["accepted", "accepted", "duplicate"], by_verdict
     twin = next(c for c in result["history"] if c["verdict"] == "duplicate")
@@ -359,7 +359,7 @@ def test_each_slot_starts_from_its_own_parent_with_its_own_direction(tmp_path):
     model = ScriptedChatModel(answers=[
         "ready", plan, code_answer("per-shape=16x4096:1.0"), code_answer("per-shape=64x8192:1.0"),
         plan, code_answer("us=2.5"), code_answer("us=2.6"), decision("stop")])
-    result = run(tmp_path, model, candidates=2, retries=0, rounds=3)
+    result = run(tmp_path, model, best_of=2, fixes=0, rounds=3)
     firsts = [m[-1].content for m in model.seen if "Rewrite this CUDA kernel" in m[-1].content]
     assert len(firsts) == 4
 
@@ -429,7 +429,7 @@ def test_the_planner_s_lessons_reach_every_later_prompt_as_the_run_s_memory(tmp_
     asked in that round and to the planner in the next, beside the history of candidates."""
     import json as _json
 
-    from astra_kernels.graph.state import Decision
+    from astra_kernels.nodes.state import Decision
 
     plan = _json.dumps({"action": "rewrite", "rationale": "measured facts", "optimizations": ["more CTAs per row"],
                         "lessons": ["Vectors wider than 16 bytes do not compile here.", "", "x" * 400]})

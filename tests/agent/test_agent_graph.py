@@ -17,7 +17,7 @@ from langgraph.types import Command
 
 from support.agent_fakes import BASELINE, FakeGPU, ScriptedChatModel, code_answer, decision
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
-from astra_kernels.graph.state import Candidate
+from astra_kernels.nodes.state import Candidate
 from astra_kernels.suite import UnknownKernelError
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.toolchain.driver import gpu_available
@@ -69,7 +69,7 @@ def test_a_compile_error_goes_back_to_the_generator_with_the_log(tmp_path):
 def test_a_failed_test_returns_the_shape_and_differences_then_retries_run_out(tmp_path):
     model = ScriptedChatModel(answers=["ready", decision("rewrite")] + [code_answer(f"wrong-{i}") for i in range(3)]
                               + [decision("stop")])
-    result = run(context(tmp_path, model, retries=2))
+    result = run(context(tmp_path, model, fixes=2))
     assert verdicts(result) == ["incorrect"] * 3  # the first attempt and two retries, then the planner
     retry = model.seen[3][-1].content
     assert "at shape 16x4096" in retry and "worst at (3, 5)" in retry and "results are wrong" in retry
@@ -102,7 +102,7 @@ def test_an_unusable_plan_gets_one_repair_then_the_rules_decide(tmp_path):
 
 def test_an_unusable_kernel_counts_as_a_failed_candidate(tmp_path):
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), "no code", "still none", decision("stop")])
-    result = run(context(tmp_path, model, retries=0))
+    result = run(context(tmp_path, model, fixes=0))
     assert verdicts(result) == ["invalid"] and "unusable twice" in result["history"][0]["message"]
 
 

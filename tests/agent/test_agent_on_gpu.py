@@ -76,7 +76,7 @@ def test_best_of_three_keeps_each_candidate_only_where_it_wins(tmp_path):
                f"Broken.\n```cuda\n{broken}```"]
     model = ScriptedChatModel(answers=["ready", decision("rewrite"), *answers, decision("stop")])
     context = RunContext(chat_model=model, results=str(tmp_path / "results.sqlite"), out=str(tmp_path / "out"),
-                         candidates=3, retries=0, search_floor=False)  # each draft against the baseline
+                         best_of=3, fixes=0, search_floor=False)  # each draft against the baseline
     app = build_graph().compile()
     result = app.invoke({"kernel": "silu_and_mul", "shapes": PER_SHAPE}, context=context,
                         config={"recursion_limit": recursion_limit(context)})
@@ -144,7 +144,7 @@ def test_eval_agent_with_an_expert_faster_at_some_shapes_is_never_below_search_a
     # under), so they differ only by the rewrite and by measuring apart: two 8-second searches
     # stopped by the clock measured different configurations, and search alone's found one 2.4%
     # faster at 128x14336 (H200, 2026-11-29), a difference of search luck, not of the model.
-    context = RunContext(chat_model=model, rounds=3, retries=0, tune_seconds=60, tune_sample=24)
+    context = RunContext(chat_model=model, rounds=3, fixes=0, tune_seconds=60, tune_sample=24)
     result = evaluate_kernel("silu_and_mul", {"kernel": "silu_and_mul", "shapes": PER_SHAPE}, context,
                              tmp_path / "eval", open_worker=lambda results: open_evaluator("silu_and_mul", results))
     print(write([result], "scripted expert", 0.02, tmp_path / "eval")[1].read_text())
@@ -169,7 +169,7 @@ def test_the_planner_is_shown_nsight_computes_counters_for_the_holders(tmp_path)
     model = ScriptedChatModel(answers=["ready", decision("tune"), decision("stop")])
     model.seen = []
     context = RunContext(chat_model=model, results=str(tmp_path / "results.sqlite"), out=str(tmp_path / "out"),
-                         rounds=2, retries=0, tune_seconds=5)
+                         rounds=2, fixes=0, tune_seconds=5)
     app = build_graph().compile()
     result = app.invoke({"kernel": "silu_and_mul", "shapes": PER_SHAPE}, context=context,
                         config={"recursion_limit": recursion_limit(context)})

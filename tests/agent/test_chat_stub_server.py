@@ -12,7 +12,7 @@ from support.reliability_stub import FaultyEndpoint, Reply
 
 from astra_kernels.nodes.shared.presets import CHAT
 from astra_kernels.graph import RunContext, build_graph
-from astra_kernels.graph.state import Decision
+from astra_kernels.nodes.state import Decision
 from astra_kernels.nodes.shared.chat import (
     Asker, ModelConfigError, ModelTimedOut, ask_structured, make_chat_model, preflight,
 )

@@ -3,7 +3,7 @@ on the GPU and the bottleneck it names, by shape class, from the project's own p
 
 from __future__ import annotations
 
-from astra_kernels.graph.state import Candidate, ShapeMeasurement
+from astra_kernels.nodes.state import Candidate, ShapeMeasurement
 from astra_kernels import suite
 from astra_kernels.nodes.shared import facts
 from astra_kernels.nodes.shared.evidence import ShapeEvidence, describe_evidence, front_evidence, launch_geometry
@@ -96,7 +96,7 @@ def test_nsight_s_counters_are_shown_where_measured_and_why_not_where_not():
 
 def test_nsight_is_not_run_on_a_replay(monkeypatch):
     """A replay measures nothing: no ncu run, whatever the context asks."""
-    from astra_kernels.graph.context import RunContext
+    from astra_kernels.nodes.context import RunContext
     from astra_kernels.nodes.shared import evidence as module
 
     calls = []
@@ -109,7 +109,7 @@ def test_nsight_is_not_run_on_a_replay(monkeypatch):
 def test_nsight_profiles_the_slowest_shape_of_each_class_once_per_holder(monkeypatch):
     from types import SimpleNamespace
 
-    from astra_kernels.graph.context import RunContext
+    from astra_kernels.nodes.context import RunContext
     from astra_kernels.nodes.shared import evidence as module
     from astra_kernels.tools.measuring.nsight import DRAM, NsightReport
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from astra_kernels.graph.state import Candidate, ShapeMeasurement
+from astra_kernels.nodes.state import Candidate, ShapeMeasurement
 from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchTable
 from astra_kernels.nodes.shared import facts

@@ -32,7 +32,7 @@ from support.local_model import read_transcript, serve_local_model
 pytestmark = pytest.mark.slow
 
 KERNEL = "silu_and_mul"
-CANDIDATES = 2  # rewrites per round, where `astra optimize` has --candidates
+CANDIDATES = 2  # rewrites per round, where `astra optimize` has --best-of
 MAX_TOKENS = 512  # output tokens per answer, where it has --max-tokens: a plan fits in it
 # Per request. Without an output cap the model writes until its context ends, 16-40 tokens/s on 2
 # cores: 4,080 tokens in 274 s at n_ctx 4096, 8,176 in 626 s at 8192; a request the client's
@@ -123,10 +123,10 @@ def test_a_real_model_drives_optimize_end_to_end_and_the_thread_resumes(tmp_path
         # The tune action searches a seeded sample of 40 configurations, each answered at once by the
         # replay: both runs below measure all of it within 20 s, so a loaded machine cannot end one
         # search earlier than the other (the comparison with search alone is exact).
-        budget = ["--rounds", "1", "--retries", "1", "--tune-seconds", "20", "--wall-seconds", "1800"]
+        budget = ["--rounds", "1", "--fixes", "1", "--tune-seconds", "20", "--wall-seconds", "1800"]
         budget += ["--tune-sample", "40"] if has_flag("--tune-sample") else []
         short = list(budget)
-        short += ["--candidates", str(CANDIDATES)] if has_flag("--candidates") else []
+        short += ["--best-of", str(CANDIDATES)] if has_flag("--best-of") else []
         short += ["--max-tokens", str(MAX_TOKENS)] if has_flag("--max-tokens") else []
         # Greedy decoding: the server's default samples at 0.8 with a fresh seed, so the answers and
         # the path the run takes (a plan the model happens to write brings coder requests of their own)

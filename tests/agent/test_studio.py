@@ -61,7 +61,7 @@ class Server:
             [_langgraph(), "dev", "--host", "127.0.0.1", "--port", str(self.port), "--no-browser", "--no-reload",
              "--config", str(ROOT / "langgraph.json")],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-            # The served context takes paths only under a root (graph/context.py StudioContext): the
+            # The served context takes paths only under a root (nodes/context.py StudioContext): the
             # tests' folders are beside this one, under pytest's base folder.
             env={**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false",
                  "ASTRA_STUDIO_ROOT": str(tmp_path.parent)})

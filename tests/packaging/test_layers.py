@@ -4,7 +4,7 @@ within one layer), no import cycle exists, and every module imports alone in a f
 The order, lowest first (a module may import its own layer and the ones below):
   tools.errors < tools.toolchain < tools.measuring | tools.templating < tools.search | tools.cluster
   < suite, kernels_sglang < defaults, redaction < runtime < jobs, evaluators, testing
-  < graph.state, graph.context < nodes.shared < nodes < graph < cli
+  < nodes.state, nodes.context < nodes.shared < nodes < graph < cli
 "|" marks peers that must not import each other; no node imports another node.
 """
 
@@ -33,7 +33,7 @@ LAYERS = [
     (5, ["", "defaults", "redaction"]),
     (6, ["runtime"]),
     (7, ["jobs", "evaluators", "testing"]),
-    (8, ["graph.state", "graph.context"]),
+    (8, ["nodes.state", "nodes.context"]),
     (9, ["nodes.shared", "nodes"]),
     (10, [f"nodes.{n}" for n in ("loader", "planner", "generator", "templater", "tester", "profiler", "tuner",
                                  "reporter")]),

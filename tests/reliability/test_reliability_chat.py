@@ -20,7 +20,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from support.agent_fakes import FakeGPU, code_answer, decision, kernel
 from astra_kernels.graph import RunContext, build_graph, recursion_limit
-from astra_kernels.graph.state import Candidate
+from astra_kernels.nodes.state import Candidate
 from astra_kernels.tools.toolchain.compiler import compile_source
 from astra_kernels.tools.errors import CompileError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
@@ -95,7 +95,7 @@ def test_a_generator_request_that_fails_counts_as_a_failed_attempt_and_the_retry
     script = ["ready", decision("rewrite"), *replies, code_answer("us=1.5"), decision("stop")]
     gpu = FakeGPU()
     with FaultyEndpoint(script) as endpoint:
-        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, retries, timeout, retries=1))
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, retries, timeout, fixes=1))
         assert len(endpoint.requests) == len(script)
     assert [c["verdict"] for c in result["history"]] == ["invalid", "accepted"]
     assert reason in result["history"][0]["message"]
@@ -114,7 +114,7 @@ def test_the_endpoint_going_down_for_good_ends_the_run_with_its_report(tmp_path)
     measured result and its report."""
     gpu = FakeGPU()
     with FaultyEndpoint(["ready", decision("rewrite"), Reply(down=True)]) as endpoint:
-        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 5, retries=1))
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 5, fixes=1))
     assert [c["verdict"] for c in result["history"]] == ["invalid", "invalid", "accepted"]
     assert all("ConnectionError: Connection error" in c["message"] for c in result["history"][:2])
     planned = [e for e in result["report"]["events"] if e.startswith("planner: round")]
@@ -143,7 +143,7 @@ def test_code_cut_off_at_the_output_limit_is_reported_as_such_and_retried(tmp_pa
     gpu = FakeGPU()
     script = ["ready", decision("rewrite"), unclosed, unclosed, unclosed, code_answer("us=1.5"), decision("stop")]
     with FaultyEndpoint(script) as endpoint:
-        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=1))
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, fixes=1))
     first = result["history"][0]
     assert first["verdict"] == "invalid" and "cut off at the model's output limit" in first["message"]
     asked, again = endpoint.requests[2], endpoint.requests[3]  # the same question, with twice the cap
@@ -164,7 +164,7 @@ def test_code_cut_off_inside_a_closed_block_is_a_compile_error_fed_back_with_the
     gpu = CompilingGPU()
     script = ["ready", decision("rewrite"), f"Faster.\n```cuda\n{cut}```", code_answer("us=1.5"), decision("stop")]
     with FaultyEndpoint(script) as endpoint:
-        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=1))
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, fixes=1))
     failed = result["history"][0]
     assert failed["verdict"] == "compile_error" and 'expected a "}"' in failed["message"]
     assert 'expected a "}"' in endpoint.requests[3]["messages"][-1]["content"]
@@ -234,7 +234,7 @@ def test_a_model_template_that_takes_the_compiler_forever_is_cut_off_and_the_run
     script = ["ready", decision("templatize"), f"A template.\n```cuda\n{slow}```", decision("stop")]
     started = time.monotonic()
     with FaultyEndpoint(script) as endpoint:
-        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=0))
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, fixes=0))
     assert time.monotonic() - started < 60
     failed = result["history"][0]
     assert failed["verdict"] == "compile_error" and "did not finish within 3 s" in failed["message"], failed["message"]
@@ -273,7 +273,7 @@ def test_a_model_template_that_compiles_for_ever_at_some_values_is_pruned_there_
     script = ["ready", decision("templatize"), f"A template.\n```cuda\n{slow}```", decision("stop")]
     started = time.monotonic()
     with FaultyEndpoint(script) as endpoint:
-        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, retries=0))
+        result, app, config = _run(tmp_path, _context(tmp_path, endpoint, gpu, 0, 10, fixes=0))
     assert time.monotonic() - started < 240
     assert cut_off and all("did not finish within 3 s" in o.error for o in cut_off)
     tuned = Candidate.model_validate(result["best"])

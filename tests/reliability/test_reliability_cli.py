@@ -79,7 +79,7 @@ def test_what_the_kernel_does_not_run_at_is_named_before_any_work(argv, says, tm
 @pytest.mark.parametrize("argv", [
     ["tune", "rmsnorm", "--budget", "-3"], ["tune", "rmsnorm", "--budget", "0"],
     ["tune", "rmsnorm", "--seconds", "-1"], ["tune", "rmsnorm", "--seconds", "nan"],
-    ["tune", "rmsnorm", "--rounds", "0"], ["tune", "rmsnorm", "--at-least", "-1"],
+    ["tune", "rmsnorm", "--search-rounds", "0"], ["tune", "rmsnorm", "--at-least", "-1"],
     ["tune", "rmsnorm", "--sample", "0"], ["optimize", "rmsnorm", "--rounds", "-2"],
     ["optimize", "rmsnorm", "--wall-seconds", "0"], ["space", "rmsnorm", "--shape", "16x4096", "--sample", "-4"],
     ["check", "rmsnorm", "--samples", "x"], ["export", "--sms", "0"],

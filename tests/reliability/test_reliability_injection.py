@@ -144,7 +144,7 @@ def test_studios_server_refuses_a_context_outside_its_working_root(tmp_path, mon
 
 def test_studios_server_takes_paths_under_its_root_and_allowed_hosts(tmp_path, monkeypatch):
     from astra_kernels.graph import RunContext
-    from astra_kernels.graph.context import StudioContext
+    from astra_kernels.nodes.context import StudioContext
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ASTRA_STUDIO_MODEL_HOSTS", raising=False)

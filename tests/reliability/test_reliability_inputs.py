@@ -208,7 +208,7 @@ def test_a_model_template_with_a_bomb_is_a_failed_attempt_and_the_run_goes_on(tm
         "//@ kernel:", "//@ derive HUGE = 10 ** 10 ** 10\n//@ kernel:", 1)
     model = ScriptedChatModel(answers=["ready", decision("templatize"), f"A template.\n```cuda\n{bomb}```",
                                        decision("stop")])
-    ctx = RunContext(chat_model=model, evaluator=FakeGPU(), results=str(tmp_path / "r.sqlite"), retries=0)
+    ctx = RunContext(chat_model=model, evaluator=FakeGPU(), results=str(tmp_path / "r.sqlite"), fixes=0)
     config = {"configurable": {"thread_id": "t"}, "recursion_limit": recursion_limit(ctx)}
     started = time.perf_counter()
     result = build_graph().compile().invoke({"kernel": "silu_and_mul", "shapes": [{"T": 16, "D": 4096}]},

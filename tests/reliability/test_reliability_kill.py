@@ -65,7 +65,7 @@ def tune_run(store: str, log: str, report: str, delay: float) -> None:
     worker = LoggingWorker(log, delay)
     with ResultsStore(store) as results:
         done = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=2, strategy="auto",
-                                              budget=Budget(evaluations=12), rounds=3,
+                                              budget=Budget(evaluations=12), search_rounds=3,
                                               verify=FOLDER.spec.shapes["astra"][:3]),
                            worker, StoredEvaluator(worker, results, run_id="tune"))
     Path(report).write_text(done.model_dump_json())

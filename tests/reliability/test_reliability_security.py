@@ -267,7 +267,7 @@ def test_a_planted_key_reaches_no_file_and_no_log_of_astra_optimize(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-m", "astra_kernels.cli", "optimize", "rmsnorm", "--replay", "recorded",
              "--shapes", "128x4096,16384x8192", "--model", "openai:stub", "--base-url", endpoint.url,
-             "--retries", "0", "--tune-seconds", "4", "--out", str(out), "--thread", "planted"],
+             "--fixes", "0", "--tune-seconds", "4", "--out", str(out), "--thread", "planted"],
             capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert all(h["authorization"] == f"Bearer {KEY}" for h in endpoint.headers)  # the key was in use

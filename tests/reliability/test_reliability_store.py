@@ -182,7 +182,7 @@ def tune_writer(store: str, log: str, seed: int) -> None:
     worker = LoggingWorker(log, 0.01)
     with ResultsStore(store) as results:
         tuning.tune(tuning.TuneRequest(FOLDER, SHAPES, "bf16", sample=40, seed=seed, strategy="random",
-                                       budget=Budget(evaluations=15), rounds=1),
+                                       budget=Budget(evaluations=15), search_rounds=1),
                     worker, StoredEvaluator(worker, results, run_id=f"seed{seed}"))
 
 

@@ -19,7 +19,7 @@ from astra_kernels.tools.measuring.regimes import L2_REGIMES
 def add_agent_arguments(parser) -> None:
     """The agent's model, budget and search settings, as `astra optimize` and `astra eval-agent`
     take them (RunContext's fields; agent_settings reads them back)."""
-    from astra_kernels.graph.context import RunContext
+    from astra_kernels.nodes.context import RunContext
     from astra_kernels.nodes.shared.presets import CHAT, REASONING
     from astra_kernels.tools.search.strategies import STRATEGIES
 
@@ -39,9 +39,9 @@ def add_agent_arguments(parser) -> None:
                              f"{CHAT.planner_max_tokens}, coder {CHAT.coder_max_tokens}; a reasoning model "
                              f"(o1-o4, gpt-5, *-reasoner, *-r1, qwq) {REASONING.planner_max_tokens} and "
                              f"{REASONING.coder_max_tokens})")
-    parser.add_argument("--candidates", type=positive_int, default=defaults.candidates, metavar="N",
+    parser.add_argument("--best-of", type=positive_int, default=defaults.best_of, metavar="N",
                         help=f"rewrites asked for each round, compiled in parallel, timed one by one "
-                             f"(default {defaults.candidates})")
+                             f"(default {defaults.best_of})")
     parser.add_argument("--timeout", type=positive_seconds, default=defaults.timeout_s,
                         help=f"seconds per model request (default {defaults.timeout_s:g})")
     parser.add_argument("--token-budget", type=positive_int, metavar="N",
@@ -49,8 +49,8 @@ def add_agent_arguments(parser) -> None:
                              "is sent: the planner takes the rules and a draft fails saying so (default: no limit)")
     parser.add_argument("--rounds", type=positive_int, default=defaults.rounds,
                         help=f"planner decisions (default {defaults.rounds})")
-    parser.add_argument("--retries", type=count, default=defaults.retries,
-                        help=f"fixes per candidate (default {defaults.retries})")
+    parser.add_argument("--fixes", type=count, default=defaults.fixes,
+                        help=f"fixes per candidate (default {defaults.fixes})")
     parser.add_argument("--wall-seconds", type=positive_seconds, default=defaults.wall_seconds,
                         help=f"the whole run (default {defaults.wall_seconds:g})")
     parser.add_argument("--strategy", default=defaults.strategy, choices=["auto", *STRATEGIES])
@@ -79,8 +79,8 @@ def agent_settings(args) -> dict:
         planner_temperature=args.planner_temperature, coder_temperature=args.coder_temperature,
         planner_reasoning_effort=args.planner_reasoning_effort, coder_reasoning_effort=args.coder_reasoning_effort,
         **({"planner_max_tokens": args.max_tokens, "coder_max_tokens": args.max_tokens} if args.max_tokens else {}),
-        candidates=args.candidates, timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds,
-        retries=args.retries, wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2,
+        best_of=args.best_of, timeout_s=args.timeout, token_budget=args.token_budget, rounds=args.rounds,
+        fixes=args.fixes, wall_seconds=args.wall_seconds, strategy=args.strategy, l2=args.l2,
         tune_seconds=args.tune_seconds, tune_sample=args.tune_sample, gpu=args.gpu, search_floor=args.search_floor, nsight=args.nsight)
 
 

@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
     tune.add_argument("--seconds", type=positive_seconds,
                       help="search seconds per shape (default: without --budget, "
                            f"{TUNE_SECONDS:.0f} s shared by the shapes)")
-    tune.add_argument("--rounds", type=positive_int, default=3, help="planned search rounds per shape (default 3)")
+    tune.add_argument("--search-rounds", type=positive_int, default=3, help="planned search rounds per shape (default 3)")
     tune.add_argument("--at-least", type=count, default=8,
                       help="evaluations per shape that --seconds cannot cut short (default 8): a large "
                            "shape's evaluation takes seconds, and its share of the time alone may allow two")
@@ -118,7 +118,7 @@ def tune_requests(args) -> list:
         seconds = TUNE_SECONDS / in_turn if args.seconds is None and args.budget is None else args.seconds
         requests.append(tuning.TuneRequest(
             folder, shapes[spec.name], dtype, args.variant, strategy=args.strategy,
-            budget=Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least), rounds=args.rounds,
+            budget=Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least), search_rounds=args.search_rounds,
             seed=args.seed, sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2,
             start=_start_table(args, spec, dtype), verify={"tuned": [], "sets": spec.all_shapes()}[args.verify]))
     return requests

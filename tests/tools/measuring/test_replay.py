@@ -99,7 +99,7 @@ def test_the_shipped_recordings_replay(tmp_path):
     shapes = ",".join(suite.load("rmsnorm").spec.label(e["shape"]) for e in shipped["entries"][:2])
     out = tmp_path / "out"
     assert cli.main(["tune", "rmsnorm", "--replay", str(recording), "--shapes", shapes, "--strategy", "exhaustive",
-                     "--budget", "100000", "--rounds", "1", "--out", str(out)]) == 0
+                     "--budget", "100000", "--search-rounds", "1", "--out", str(out)]) == 0
     rebuilt = json.loads((out / "dispatch.json").read_text())
     for entry in rebuilt["entries"]:
         match = next(e for e in shipped["entries"] if e["shape"] == entry["shape"])

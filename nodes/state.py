@@ -185,7 +185,7 @@ class AgentState(TypedDict, total=False):
     calls: Annotated[list[dict], operator.add]  # every model request (ModelCall), for the costs
     gpu_seconds: Annotated[float, operator.add]  # the agent's own evaluations on the GPU (a replay: as recorded)
     search_seconds: Annotated[float, operator.add]  # the tuner's searches, wall time (compiles and evaluations)
-    retries: int  # failed attempts at the current candidate
+    failed_attempts: int  # failed attempts at the current candidate (a fix each, up to context.fixes)
     round: int  # planner decisions made
     tuned: list[str]  # template sources already tuned (a hash each), so the planner moves on
     tuning: dict | None  # the last search: its template's key, space and pruning per shape, configurations

@@ -53,8 +53,8 @@ class RunContext:
     token_budget: int | None = None
     max_retries: int = 4  # per model request, on 429, 5xx and connection errors, with backoff
     rounds: int = 4  # planner decisions before the reporter
-    candidates: int = 1  # rewrites asked for each round (best-of-N), compiled in parallel, timed one by one
-    retries: int = 2  # fixes asked of the model per candidate after a compile error or failed test
+    best_of: int = 1  # rewrites asked for each round (best-of-N), compiled in parallel, timed one by one
+    fixes: int = 2  # fixes asked of the model per candidate after a compile error or failed test
     wall_seconds: float = 3600.0  # the whole run
     strategy: str = "auto"  # the tuner's search strategy
     l2: L2Regime = "cold"  # the L2 regime every evaluation is timed in
