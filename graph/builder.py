@@ -47,7 +47,7 @@ def build_graph(context_schema: type[RunContext] = RunContext) -> StateGraph:
 
 
 def recursion_limit(context: RunContext) -> int:
-    """Steps a run can take at most: every round may repair its candidates `retries` times (the
+    """Steps a run can take at most: every round may repair its candidates `fixes` times (the
     parallel branches of a round count as one step) and a template as often again after its tuning."""
     return 8 + context.rounds * (4 * (context.fixes + 1) + 3)
 

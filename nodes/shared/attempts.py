@@ -42,7 +42,7 @@ def repair_messages(candidate: Candidate) -> list:
 
 
 def failed(state: AgentState, candidate: Candidate, node: str) -> dict:
-    """A finished, failed attempt: into the history, and counted against the retries."""
+    """A finished, failed attempt: into the history, and counted against the fixes."""
     line = say(node, f"candidate {candidate.id} {candidate.verdict}: {first_line(candidate.message)}")
     return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
             "failed_attempts": state.get("failed_attempts", 0) + 1, "events": [line]}

@@ -66,11 +66,11 @@ def test_a_compile_error_goes_back_to_the_generator_with_the_log(tmp_path):
     assert result["report"]["geomean_speedup"] == pytest.approx(2.0)
 
 
-def test_a_failed_test_returns_the_shape_and_differences_then_retries_run_out(tmp_path):
+def test_a_failed_test_returns_the_shape_and_differences_then_the_fixes_run_out(tmp_path):
     model = ScriptedChatModel(answers=["ready", decision("rewrite")] + [code_answer(f"wrong-{i}") for i in range(3)]
                               + [decision("stop")])
     result = run(context(tmp_path, model, fixes=2))
-    assert verdicts(result) == ["incorrect"] * 3  # the first attempt and two retries, then the planner
+    assert verdicts(result) == ["incorrect"] * 3  # the first attempt and two fixes, then the planner
     retry = model.seen[3][-1].content
     assert "at shape 16x4096" in retry and "worst at (3, 5)" in retry and "results are wrong" in retry
     assert len(model.seen[4]) == 6  # the second repair: the whole conversation, both failed drafts in it
