@@ -40,7 +40,8 @@ def _age(session: Path) -> tuple[str, str, str]:
 
 
 def shipped() -> list[Recording]:
-    """Every shipped recording, oldest session first (by the date its folder names)."""
+    """Every recording here, oldest session first (by the date its folder names): a checkout holds
+    every session, an installed wheel the newest of each kernel per GPU kind (pyproject.toml)."""
     root = _root()
     if not root.is_dir():
         return []

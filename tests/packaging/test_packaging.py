@@ -82,7 +82,7 @@ def test_wheel_keeps_everything_under_astra_kernels(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "astra_kernels/__init__.py" in names
     assert "astra_kernels/tools/__init__.py" in names
-    assert "astra_kernels/kernels_sglang/recorded/h200-2026-11-23/rmsnorm.sqlite.gz" in names  # for --replay recorded
+    assert "astra_kernels/kernels_sglang/recorded/h200-2026-11-28/rmsnorm.sqlite.gz" in names  # for --replay recorded
     assert "astra_kernels/kernels_sglang/tuned/h100/warm/rmsnorm.json" in names  # astra export --l2 warm
     assert "astra_kernels/tools/measuring/device_checks.cu" in names  # every evaluation's checks compile it
     top = {n.split("/", 1)[0] for n in names}
@@ -90,6 +90,23 @@ def test_wheel_keeps_everything_under_astra_kernels(wheel):
         assert stray not in top, f"wheel installs a top-level {stray}/: {sorted(top)}"
     dist_info = [t for t in top if t.endswith(".dist-info")]
     assert len(dist_info) == 1 and top == {"astra_kernels", dist_info[0]}, sorted(top)
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_newest_recording_of_each_kernel_per_gpu_kind_and_no_other(wheel):
+    """Of kernels_sglang/recorded/ (six sessions, 11.7 MB on 2026-11-29) the wheel carries the
+    newest session of each kernel on each GPU kind: what `--replay recorded` takes, and an H100's
+    own. The older ones stay in the checkout for the docs' reruns. A session recorded later fails
+    this until pyproject.toml's package-data names it."""
+    from astra_kernels.suite import recordings
+
+    newest = {}
+    for r in recordings.shipped():  # oldest first, so the last of each (kind, kernel) stays
+        newest[(r.session.split("-", 1)[0], r.kernel)] = r
+    wanted = {f"astra_kernels/kernels_sglang/recorded/{r.session}/{r.path.name}" for r in newest.values()}
+    packed = {n for n in zipfile.ZipFile(wheel).namelist() if "/kernels_sglang/recorded/" in n}
+    assert packed == wanted, (f"add to pyproject.toml's package-data: {sorted(wanted - packed)}; "
+                              f"drop from it: {sorted(packed - wanted)}")
 
 
 @pytest.mark.slow
