@@ -30,7 +30,9 @@ from astra_kernels.tools.measuring.worker import COMPILE_TIMEOUT_S
 def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
     context = runtime.context
     source = state["template"]
-    folder = dataclasses.replace(suite.load(state["kernel"]), template=parse_candidate(state["kernel"], source))
+    shipped = suite.load(state["kernel"])
+    model_template = source != shipped.template.source  # a model's, not the suite's own
+    folder = dataclasses.replace(shipped, template=parse_candidate(state["kernel"], source))
     run = stored_evaluator(context, state["kernel"])
     shapes = state["shapes"]
 
@@ -49,7 +51,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
             say("tuner", f"{label}: compiling the space", progress={"done": done, "total": total})
 
     # A model's template may compile for ever at some parameter values; the suite's own never does.
-    deadline = None if source == suite.load(state["kernel"]).template.source else COMPILE_TIMEOUT_S
+    deadline = COMPILE_TIMEOUT_S if model_template else None
     left = context.wall_seconds - (time.time() - state["started_at"])
     seconds = max(1.0, min(context.tune_seconds, left))
     started = time.monotonic()
@@ -103,7 +105,7 @@ def tune(state: AgentState, runtime: Runtime[RunContext]) -> dict:
         return {"candidate": candidate.model_dump(), "history": [candidate.model_copy(update={"conversation": []}).model_dump()],
                 "tuned": tuned, "events": [line], "search_seconds": searched_s}
     candidate = checked_away(report, candidate.model_copy(update={"verdict": "passed"}),
-                             model_template=source != suite.load(state["kernel"]).template.source)
+                             model_template=model_template)
     if candidate.verdict != "passed":
         return {**failed(state, candidate, "tuner"), "tuned": tuned, "search_seconds": searched_s}
     geomean, timed = candidate.geomean_us(), candidate.times()

@@ -46,7 +46,7 @@ from astra_kernels.nodes.state import AgentState, Candidate
 from astra_kernels import suite
 from astra_kernels.tools.measuring import nsight
 from astra_kernels.tools.measuring.worker import EvaluationWorker
-from astra_kernels.tools.templating.template import Exclusion, TemplateError, parse_template
+from astra_kernels.tools.templating.template import Exclusion, TemplateError
 
 from . import measure
 from .floors import LATENCY_DONE_RATIO, ShapeRow
@@ -140,7 +140,7 @@ class ShapeEvidence:
 @functools.lru_cache(maxsize=64)
 def _parsed(kernel: str, source: str):
     """A candidate's template, parsed once for all the shapes it holds."""
-    return parse_template(source, "candidate.cu", suite.template_symbols(suite.load(kernel).spec))
+    return measure.parse_candidate(kernel, source)
 
 
 def launch_geometry(kernel: str, candidate: Candidate, config: dict[str, int], shape: dict[str, int], dtype: str,
