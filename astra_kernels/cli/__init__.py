@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
-        args.parser_of_command.error(f"unrecognized arguments: {' '.join(unknown)}")
+        renamed = getattr(args, "renamed_flags", {})
+        given = {u.split("=", 1)[0] for u in unknown}
+        hints = "; ".join(f"{old} is now {new}" for old, new in renamed.items() if old in given)
+        args.parser_of_command.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({hints})" if hints else ""))
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     command = shlex.join(["astra", *(sys.argv[1:] if argv is None else argv)])
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}

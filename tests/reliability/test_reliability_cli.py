@@ -92,6 +92,25 @@ def test_a_number_no_run_can_take_is_refused_in_one_line(argv, capsys):
     assert f"argument {argv[-2]}" in line and repr(argv[-1]) in line, line
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["optimize", "rmsnorm", "--candidates", "2"], "--candidates is now --best-of"),
+    (["optimize", "rmsnorm", "--retries=1"], "--retries is now --fixes"),
+    (["eval-agent", "rmsnorm", "--candidates", "2", "--retries", "0"], "--candidates is now --best-of; --retries is now --fixes"),
+    (["tune", "rmsnorm", "--rounds", "2"], "--rounds is now --search-rounds"),
+])
+def test_a_renamed_flag_is_refused_naming_its_new_name(argv, says, capsys):
+    """The flags renamed on 2026-11-29 (one meaning per name) are refused, as any unknown one,
+    with the new name in the same line; an unknown flag gets no such hint."""
+    with pytest.raises(SystemExit) as raised:
+        cli.main(argv)
+    assert raised.value.code == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "unrecognized arguments" in line and f"({says})" in line, line
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "rmsnorm", "--bogus"])
+    assert "is now" not in _one_error_line(capsys.readouterr().err)
+
+
 def test_space_takes_shapes_spelled_as_every_other_command(capsys):
     assert cli.main(["space", "rmsnorm", "--shapes", "16x4096", "--sample", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["total"] == 2

@@ -24,6 +24,8 @@ def add_agent_arguments(parser) -> None:
     from astra_kernels.tools.search.strategies import STRATEGIES
 
     defaults = RunContext()  # the agent's defaults are RunContext's, whoever starts the run
+    # flags renamed on 2026-11-29 so that no name means two things: refused, naming the new one
+    parser.set_defaults(renamed_flags={"--candidates": "--best-of", "--retries": "--fixes"})
     parser.add_argument("--model", help="provider:name, e.g. openai:o4-mini (default: none, the rule-based planner)")
     parser.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, Ollama, SGLang)")
     parser.add_argument("--temperature", type=float)

@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
     add_measuring_arguments(tune)
     add_cluster_arguments(tune, "spread the kernels and their shapes")
     tune.add_argument("--json", action="store_true")
-    tune.set_defaults(run=run)
+    # renamed on 2026-11-29 (--rounds is the planner's, astra optimize's): refused, naming the new one
+    tune.set_defaults(run=run, renamed_flags={"--rounds": "--search-rounds"})
 
 
 def run(args) -> int:
