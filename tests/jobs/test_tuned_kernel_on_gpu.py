@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from astra_kernels import suite
-from astra_kernels.jobs import tuning
+from astra_kernels.jobs import tune_report, tuning
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 from astra_kernels.tools.measuring.correctness import POISON_BYTE, compare
 from astra_kernels.tools.toolchain.device import Device, DeviceBuffer
@@ -50,7 +50,7 @@ def _load_launcher(tmp_path, device, name: str, table: DispatchTable):
     folder = suite.load(name)
     report = tuning.TuneReport(kernel=name, dtype="bf16", variant="default", strategy="exhaustive",
                                device="test", arch=device.properties.arch, date="today", dispatch=table)
-    tuning.write_outputs(folder, report, tmp_path)
+    tune_report.write_outputs(folder, report, tmp_path)
     spec = importlib.util.spec_from_file_location("launcher", tmp_path / "launcher.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)

@@ -12,7 +12,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels.defaults import TIMING_NOISE
-from astra_kernels.jobs import checking, tuning
+from astra_kernels.jobs import checking, tune_report, tuning
 from astra_kernels.tools.toolchain.driver import gpu_available
 from astra_kernels.tools.errors import NoGpuError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
@@ -42,7 +42,7 @@ def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
     assert config == report.shapes[0].search.best_config and why == "tuned" and source == "template"
     config, why, _ = report.dispatch.pick({"T": 5, "D": 1002})  # D = 2 mod 8: VEC=8 cannot run there
     assert config["VEC"] <= 2 and "VEC" in config
-    written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    written = tune_report.write_outputs(FOLDER, report, tmp_path / "out")
     assert all(p.exists() for p in written)
     best = json.loads((tmp_path / "out" / "best.json").read_text())
     assert best["per_shape"]["16x4096"]["config"]["VEC"] == 8
@@ -71,7 +71,7 @@ def test_the_table_keeps_the_baseline_where_nothing_beat_it(tmp_path):
     assert report.dispatch.pick({"T": 64, "D": 8192}) == ({}, "tuned: the baseline", "baseline")
     assert report.dispatch.pick({"T": 128, "D": 8192}).source == "baseline"  # nearest tuned shape is 64x8192
     assert report.dispatch.pick({"T": 16, "D": 4096}).source == "template"
-    assert "| 0.10 (baseline) |" in tuning.render_markdown(report)
+    assert "| 0.10 (baseline) |" in tune_report.render_markdown(report)
 
 
 def test_each_entry_is_the_fastest_measured_at_its_shape(tmp_path):
@@ -112,7 +112,7 @@ def test_the_winners_cross_measurement_stops_at_its_deadline(tmp_path, monkeypat
         worker = Slow()
         report = run(store, worker, strategy="random", budget=Budget(evaluations=4, seconds=0.25, at_least=4))
         assert report.general_cut and "winners measured at every shape" in report.general_cut
-        assert "Note: the winners' cross-measurement ran out of time" in tuning.render_markdown(report)
+        assert "Note: the winners' cross-measurement ran out of time" in tune_report.render_markdown(report)
         again = Slow()
         resumed = run(store, again, strategy="random", budget=Budget(evaluations=4))
     assert again.calls == 0
@@ -141,7 +141,7 @@ def test_auto_search_in_rounds_with_verification_and_charts(tmp_path):
     assert [v.label for v in report.verified] == [FOLDER.spec.label(shape) for shape in odd]
     assert not report.verification_failures
     assert all(v.median_us and v.baseline_us for v in report.verified)
-    written = tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    written = tune_report.write_outputs(FOLDER, report, tmp_path / "out")
     text = (tmp_path / "out" / "report.md").read_text()
     assert "## What the planner did between rounds" in text and "round 2 (" in text
     assert f"{len(odd)} of {len(odd)} shapes correct" in text
@@ -161,14 +161,14 @@ def test_a_failing_pick_is_reported_and_fails_the_command(tmp_path):
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = run(store, BrokenAtOddWidths(), strategy="exhaustive", verify=[{"T": 3, "D": 1002}])
     assert [v.status for v in report.verification_failures] == ["incorrect"]
-    assert "1 of 1" not in tuning.render_markdown(report) and "0 of 1 shapes correct" in tuning.render_markdown(report)
+    assert "1 of 1" not in tune_report.render_markdown(report) and "0 of 1 shapes correct" in tune_report.render_markdown(report)
 
 
 def test_generated_launcher_carries_the_dispatch_table(tmp_path):
     worker = ScriptedWorker()
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = run(store, worker, strategy="exhaustive")
-    tuning.write_outputs(FOLDER, report, tmp_path / "out")
+    tune_report.write_outputs(FOLDER, report, tmp_path / "out")
     spec = importlib.util.spec_from_file_location("launcher", tmp_path / "out" / "launcher.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
@@ -191,7 +191,7 @@ def test_verify_needs_a_tuned_folder_and_a_gpu(tmp_path, capsys):
     assert "verify takes the --out folder" in capsys.readouterr().out
     worker = ScriptedWorker()
     with ResultsStore(tmp_path / "r.sqlite") as store:
-        tuning.write_outputs(FOLDER, run(store, worker, strategy="exhaustive"), tmp_path / "out")
+        tune_report.write_outputs(FOLDER, run(store, worker, strategy="exhaustive"), tmp_path / "out")
     assert cli.main(["verify", str(tmp_path / "out")]) == 2
     out = capsys.readouterr().out
     assert "no GPU here" in out and f"astra export {tmp_path / 'out'}" in out and "astra report" in out
@@ -267,7 +267,7 @@ def test_the_report_names_the_start_round():
     report.shapes = [tuning.ShapeResult(shape={"T": 16, "D": 4096}, label="16x4096", space_total=40,
                                         space_after_constraints=40, space_after_compile=40, space_candidates=40, pruned_reasons=[],
                                         baseline_us=2.0, baseline_status="ok", search=search)]
-    text = tuning.render_markdown(report)
+    text = tune_report.render_markdown(report)
     assert "- 16x4096 start (1 candidates, 1 evaluated, best 1.50 us): given configurations" in text
     assert "- 16x4096 round 1 (first, 40 candidates, 5 evaluated" in text
 
@@ -430,7 +430,7 @@ def test_every_configuration_the_table_runs_is_checked_at_the_odd_shapes_in_ever
     assert ran and all(r.status == "ok" for r in ran) and not report.config_check_failures
     checks = [q for q in worker.requests if any(f" {label} " in q.problem.label for label in ODD)]
     assert len(checks) == len(ran) and all(q.check and not q.time for q in checks)  # checked, not timed
-    assert "## The table's configurations away from the tuned shapes" in tuning.render_markdown(report)
+    assert "## The table's configurations away from the tuned shapes" in tune_report.render_markdown(report)
 
 
 class WrongInFp16GeluAtOddWidths(ScriptedWorker):
@@ -457,7 +457,7 @@ def test_a_configuration_wrong_away_from_the_tuned_shapes_fails_the_tune_and_kee
     failures = report.config_check_failures
     assert failures and {(r.dtype, r.variant) for r in failures} == {("fp16", "gelu")}
     assert {r.shape for r in failures} <= {"3x1002", "7x1000"}
-    markdown = tuning.render_markdown(report)
+    markdown = tune_report.render_markdown(report)
     assert "this table must not ship" in markdown and "fp16, gelu" in markdown
     args = argparse.Namespace(json=False)
     assert tune_command.finish(args, FOLDER, report, out, tmp_path / "r.sqlite") == 1

@@ -230,15 +230,12 @@ def _tune_one(args, request, reports: list) -> int:
 def _searched_line(args, kernel: str):
     """Piped or logged (no progress bar), a line as each shape's search ends, flushed at once: a
     log otherwise got nothing for minutes, then the whole report."""
-    from astra_kernels.jobs.tuning import _fmt, _measured
+    from astra_kernels.jobs.tune_report import searched_line
 
     say = messages(args)
 
     def searched(shape) -> None:
-        outcome = shape.search
-        say.print(f"{kernel} {shape.label}: measured {_measured(outcome)} of {shape.space_candidates} configurations "
-                  f"({outcome.stopped_by}), best {_fmt(outcome.best_us)} us, baseline {_fmt(shape.baseline_us)} us",
-                  markup=False, highlight=False)
+        say.print(searched_line(kernel, shape), markup=False, highlight=False)
         say.file.flush()
 
     return searched
@@ -288,16 +285,16 @@ def finish(args, folder, report, out: Path, store_path: Path) -> int:
     reader sees half of them; a failed run (nothing measured, or a table that failed its checks)
     moves them only where `out` holds no earlier result, which it must never replace: that folder
     is left byte for byte as it was, and the failed run's report is the one printed."""
-    from astra_kernels.jobs import checking, outputs, tuning
+    from astra_kernels.jobs import checking, outputs, tune_report
 
     failed = (bool(report.unmeasured) and len(report.unmeasured) == len(report.shapes)) or bool(
         report.verification_failures) or bool(report.config_check_failures)
     with outputs.staged(out) as stage:
-        staged = tuning.write_outputs(folder, report, stage)
+        staged = tune_report.write_outputs(folder, report, stage)
         kept = failed and outputs.holds_any(out, [p.name for p in staged])
         written = [] if kept else outputs.publish(staged, out)
     if not args.json:
-        console.print(tuning.render_markdown(report), markup=False, highlight=False)
+        console.print(tune_report.render_markdown(report), markup=False, highlight=False)
         if written:
             console.print(f"wrote {', '.join(str(p) for p in written)}; results store {store_path}")
     say = messages(args)

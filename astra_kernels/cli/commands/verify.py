@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     """Run a tuned output folder's dispatch table at every shape of the kernel's sets."""
     from astra_kernels import suite
-    from astra_kernels.jobs import tuning
+    from astra_kernels.jobs import tune_report, tuning
     from astra_kernels.tools.measuring.worker import EvaluationWorker
     from astra_kernels.tools.toolchain.driver import gpu_available
     from astra_kernels.tools.measuring.results import ResultsStore
@@ -46,7 +46,7 @@ def run(args) -> int:
             console.print(f"[yellow]note:[/yellow] tuned on {report.device}, verifying on {worker.device['name']}")
         tuning.verify_dispatch(report, folder, worker, StoredEvaluator(worker, store, run_id=f"verify-{report.kernel}"),
                                shapes, progress=lambda label, _: console.print(label, highlight=False))
-    tuning.write_outputs(folder, report, out)
+    tune_report.write_outputs(folder, report, out)
     failures = report.verification_failures
     console.print(f"{len(report.verified) - len(failures)} of {len(report.verified)} shapes correct; "
                   f"report rewritten in {out / 'report.md'}")

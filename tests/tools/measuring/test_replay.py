@@ -11,7 +11,7 @@ import pytest
 
 from astra_kernels import cli
 from astra_kernels import suite
-from astra_kernels.jobs import tuning
+from astra_kernels.jobs import tune_report, tuning
 from astra_kernels.tools.errors import AstraError, WorkerError
 from astra_kernels.tools.search.space import REPLAY_REASON
 from astra_kernels.tools.measuring.replay import RecordedWorker, ReplayWorker
@@ -55,7 +55,7 @@ def test_replay_answers_recorded_candidates_and_refuses_the_rest(tmp_path):
         assert new.search.best_us == fastest[json.dumps(new.shape, sort_keys=True, separators=(",", ":"))]
         assert new.search.best_us <= old.search.best_us and new.baseline_us == old.baseline_us
     assert report.replayed_from == str(tmp_path / "gpu.sqlite")
-    assert "Replayed from the results store" in tuning.render_markdown(report)
+    assert "Replayed from the results store" in tune_report.render_markdown(report)
 
 
 def test_astra_tune_replays_a_gzipped_recording_without_a_gpu(tmp_path):
