@@ -1,6 +1,6 @@
 """topk_softmax: MoE gating, softmax over the experts then the top-k experts of each token."""
 
-from astra_kernels.suite.schema import ArgSpec, KernelSpec
+from astra_kernels.suite.schema import ArgSpec, KernelSpec, Seed
 
 # docs/kernels.md section 6: T in {1, 128, 4096, 32768} x E in {8, 64, 128, 256} x k in {2, 8}.
 _SERVING = [{"T": t, "E": e, "K": k} for t in (1, 128, 4096, 32768) for e in (8, 64, 128, 256) for k in (2, 8)]
@@ -14,6 +14,21 @@ _ODD = [
     {"T": 7, "E": 64, "K": 6},      # DeepSeek-V2-Lite: 64 experts, top-6
     {"T": 129, "E": 160, "K": 6},   # DeepSeek-V2: 160 experts, top-6; 129 rows leave a partial CTA
     {"T": 33, "E": 384, "K": 8},    # Kimi-K2: 384 experts, top-8; wider than SGLang's fused path
+]
+
+# The sorted forms (template.cu, SORT and STORE), measured at every shape of every tune: a search
+# of a few evaluations a shape would rarely reach them, and they are what beats torch.compile's
+# sort where k is close to E (8 of 8 experts: the selecting form lost 19 of 27 sweep points on an
+# H200, docs/benchmarks.md 2026-11-29). A seed is measured only where its constraints hold (a lane
+# sorts at most 32 keys; STORE 1 needs K / GROUP > 1).
+_SORTED = {"LOAD_BYTES": "16", "ROWS": "1", "KEYS": "1", "FAST_MATH": "1", "SORT": "1"}
+SEEDS = [
+    Seed(note="a lane per row, its keys sorted in registers once, its k selections written as 16-byte vectors",
+         config={**_SORTED, "TPR": "1", "WARPS": "4", "STORE": "1"}),
+    Seed(note="a lane per row, sorted, vector stores, one warp a CTA (few tokens: no idle warps)",
+         config={**_SORTED, "TPR": "1", "WARPS": "1", "STORE": "1"}),
+    Seed(note="eight lanes a row, each sorting its share; a selection compares the eight lanes' first keys",
+         config={**_SORTED, "TPR": "8", "WARPS": "4", "STORE": "0"}),
 ]
 
 SPEC = KernelSpec(
@@ -45,4 +60,5 @@ SPEC = KernelSpec(
     # docs/kernels.md has no measured rows for topk_softmax in its H200 or H100 tables: no anchors.
     sweep_widths=[{"E": 32, "K": 4}],  # the sweep's widths in no set: 32 experts, top 4
     anchors=[],
+    seeds=SEEDS,
 )
