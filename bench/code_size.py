@@ -1,0 +1,79 @@
+"""Machine-code bytes beside the measured time, for every configuration a results store holds at
+one shape: how much of a few-token kernel's time under a cold L2 is fetching its own instructions.
+
+    python3 -P bench/code_size.py KERNEL SHAPE [--replay recorded|recorded:SESSION|STORE] [--dtype bf16]
+
+Each configuration (template, baseline) the store measured at SHAPE is compiled here (NVRTC, no
+GPU needed, for the store's arch) and its .text bytes printed beside its median. Under `--l2 cold`
+the flush between replays evicts the kernel's code from L2 too, as a model's layers do between two
+calls of one op in a server; at one token a kernel runs each instruction once, so its length is
+part of its latency (docs/performance.md entry 27: topk_softmax at 1x64x8 took 2.8 us at 8 KB of
+code and 7.3 us at 62 KB). Rows are sorted by time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import struct
+import sys
+
+
+def text_bytes(cubin: bytes) -> int:
+    """The summed size of an ELF cubin's .text sections: the machine code, nothing else."""
+    shoff, = struct.unpack_from("<Q", cubin, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entry_size) for i in range(count)]
+    names_offset = sections[names_index][4]
+
+    def name(offset: int) -> str:
+        start = names_offset + offset
+        return cubin[start:cubin.index(b"\0", start)].decode()
+    return sum(s[5] for s in sections if name(s[0]).startswith(".text"))
+
+
+def main() -> int:
+    from astra_kernels import suite
+    from astra_kernels.suite import recordings
+    from astra_kernels.tools.measuring.replay import unpacked_copy
+    from astra_kernels.tools.toolchain.compiler import compile_source
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernel")
+    parser.add_argument("shape")
+    parser.add_argument("--replay", default="recorded", help="the results store: recorded, recorded:SESSION or a path")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--variant", default="default")
+    args = parser.parse_args()
+    folder = suite.load(args.kernel)
+    shape = folder.spec.parse_shape(args.shape)
+    store = unpacked_copy(recordings.resolve(args.replay, args.kernel))
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    rows = db.execute("SELECT which, config, arch, median_us FROM results WHERE kernel = ? AND shape = ? AND dtype = ? "
+                      "AND variant = ? AND status = 'ok' AND which IN ('template', 'baseline')",
+                      (args.kernel, json.dumps(shape, sort_keys=True, separators=(",", ":")), args.dtype, args.variant))
+    seen = {}
+    for which, config, arch, us in rows:
+        key = (which, config)
+        if key in seen:
+            continue
+        source = folder.source_of(which)
+        cfg = json.loads(config) if config else {}
+        env = suite.environment(folder.spec, shape, args.dtype, args.variant, arch=arch)
+        instance = source.instantiate(cfg or source.default, env)
+        module = compile_source(source.code, suite.compile_options(instance, args.dtype,
+                                                                   folder.spec.variants[args.variant], arch))
+        seen[key] = (us, text_bytes(module.cubin), which, cfg)
+    if not seen:
+        print(f"the store holds no measurement of {args.kernel} at {args.shape} in {args.dtype} ({args.variant})",
+              file=sys.stderr)
+        return 1
+    print("| us | code bytes | which | configuration |\n|---|---|---|---|")
+    for us, size, which, cfg in sorted(seen.values(), key=lambda r: r[0]):
+        print(f"| {us:.3f} | {size} | {which} | {' '.join(f'{k}={v}' for k, v in cfg.items())} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

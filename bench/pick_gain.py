@@ -1,0 +1,89 @@
+"""A re-tuned table's picks against the table it replaced, both timed in the re-tune's own store.
+
+    python3 -P bench/pick_gain.py KERNEL OLD.json [--new NEW.json] [--replay recorded|recorded:SESSION|STORE]
+
+A re-tune started from the old table (`astra tune --start`) measures the old pick at every shape in
+the same calls as its search, so the two are compared within one machine and one call. OLD.json is
+the replaced table (`git show REV:kernels_sglang/tuned/h200/KERNEL.json > OLD.json`), NEW.json the
+new one (default: the table shipped for the store's GPU kind, cold L2), the store the re-tune's
+(default: the kernel's newest shipped recording). A parameter the template gained since OLD.json
+was made is taken at its default (template.point), as --start takes it. Prints, per width (the
+shape without its token count), the geometric mean of old over new and of the baseline over new,
+and the first and last token counts. The new pick's time is the least of its measurements
+(search and finalist rows), as the table records it: a gain of 1-2% is within that choice's noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def main() -> int:
+    from astra_kernels import suite
+    from astra_kernels.jobs.benchmark import load_table, shipped_table
+    from astra_kernels.suite import recordings
+    from astra_kernels.tools.measuring.replay import unpacked_copy
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kernel")
+    parser.add_argument("old", type=Path)
+    parser.add_argument("--new", type=Path)
+    parser.add_argument("--replay", default="recorded")
+    args = parser.parse_args()
+    folder = suite.load(args.kernel)
+    store = unpacked_copy(recordings.resolve(args.replay, args.kernel))
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    device = db.execute("SELECT device FROM results WHERE kernel = ? LIMIT 1", (args.kernel,)).fetchone()
+    old = load_table(args.old)
+    new = load_table(args.new) if args.new else shipped_table(args.kernel, device[0] if device else "")
+    if new is None:
+        print(f"no {args.kernel} table is shipped for {device[0] if device else 'the store'}; give --new", file=sys.stderr)
+        return 2
+    times: dict[tuple, list[tuple[str, dict, float]]] = defaultdict(list)
+    for which, config, shape, us in db.execute(
+            "SELECT which, config, shape, median_us FROM results WHERE kernel = ? AND dtype = ? AND variant = ? "
+            "AND status = 'ok'", (args.kernel, new.dtype, new.variant)):
+        s = json.loads(shape)
+        times[tuple(s[k] for k in folder.spec.symbols)].append((which, json.loads(config) if config else {}, us))
+
+    def time_of(key: tuple, source: str, config: dict) -> float | None:
+        wanted = ("baseline",) if source == "baseline" else ("template", "finalist")
+        found = [us for which, c, us in times.get(key, []) if which in wanted and (source == "baseline" or c == config)]
+        return min(found) if found else None
+
+    olds = {tuple(e.shape[k] for k in folder.spec.symbols): e for e in old.entries}
+    widths: dict[tuple, list[tuple]] = defaultdict(list)
+    for entry in new.entries:
+        key = tuple(entry.shape[k] for k in folder.spec.symbols)
+        before = olds.get(key)
+        if before is None:
+            continue
+        old_config = {} if before.source == "baseline" else folder.template.point(before.config)
+        t_old = time_of(key, before.source, old_config or {})
+        t_new = time_of(key, entry.source, entry.config)
+        t_base = time_of(key, "baseline", {})
+        if None in (t_old, t_new, t_base):
+            continue
+        widths[key[1:]].append((key[0], t_old, t_new, t_base))
+    if not widths:
+        print("no shape of the new table has the old pick, the new pick and the baseline in the store", file=sys.stderr)
+        return 1
+    print("| width | shapes | old pick / new pick (geomean) | baseline / new pick | 1 token old -> new us | last count old -> new us |")
+    print("|---|---|---|---|---|---|")
+    for width, rows in sorted(widths.items()):
+        rows.sort()
+        mean = lambda i: math.exp(sum(math.log(r[i] / r[2]) for r in rows) / len(rows))  # noqa: E731
+        first, last = rows[0], rows[-1]
+        print(f"| {'x'.join(map(str, width))} | {len(rows)} | {mean(1):.3f}x | {mean(3):.3f}x | "
+              f"{first[0]}: {first[1]:.2f} -> {first[2]:.2f} | {last[0]}: {last[1]:.2f} -> {last[2]:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
