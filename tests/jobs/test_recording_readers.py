@@ -1,0 +1,61 @@
+"""bench/pick_gain.py and bench/code_size.py on the shipped topk_softmax recording, without a GPU:
+what they read back is the H200's measurements of 2026-11-29 (docs/performance.md entry 27)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from astra_kernels.suite.tuned_tables import table_path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=300)
+
+
+def rows(stdout: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines()[2:] if line.startswith("|")]
+
+
+def test_a_table_against_itself_gains_nothing_and_an_older_pick_shows_its_loss(tmp_path):
+    table = json.loads(table_path("topk_softmax", "h200").read_text())
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(table))
+    run_same = run("pick_gain.py", "topk_softmax", str(same))
+    assert run_same.returncode == 0, run_same.stderr
+    widths = rows(run_same.stdout)
+    assert {w[0] for w in widths} == {"8x2", "8x8", "64x2", "64x8", "128x2", "128x8", "256x2", "256x8"}
+    assert all(w[2] == "1.000x" for w in widths)
+
+    # 1x8x8 as the selecting form picked it before the sorted one (measured in the same store)
+    for entry in table["entries"]:
+        if entry["shape"] == {"T": 1, "E": 8, "K": 8}:
+            entry["config"] = {"TPR": 1, "LOAD_BYTES": 2, "WARPS": 1, "ROWS": 1, "KEYS": 1, "FAST_MATH": 1}
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(table))
+    run_older = run("pick_gain.py", "topk_softmax", str(older))
+    assert run_older.returncode == 0, run_older.stderr
+    eight = next(w for w in rows(run_older.stdout) if w[0] == "8x8")
+    assert float(eight[2].rstrip("x")) > 1.0  # one shape of 30 slower: the geomean moves above 1
+    old_us, new_us = (float(v) for v in eight[4].split(": ")[1].split(" -> "))
+    assert old_us > new_us
+
+
+def test_code_size_lists_every_measured_configuration_with_its_machine_code():
+    result = run("code_size.py", "topk_softmax", "1x8x8")
+    assert result.returncode == 0, result.stderr
+    listed = rows(result.stdout)
+    times = [float(r[0]) for r in listed]
+    assert times == sorted(times) and len(listed) >= 5
+    fastest, slowest_template = listed[0], [r for r in listed if r[2] == "template"][-1]
+    assert "SORT=1" in fastest[3] and int(fastest[1]) < int(slowest_template[1])
+
+
+def test_code_size_names_a_shape_the_store_lacks_in_one_line():
+    result = run("code_size.py", "topk_softmax", "9x8x8")
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
+    assert "holds no measurement of topk_softmax at 9x8x8" in result.stderr
