@@ -2,8 +2,9 @@
 one shape: how much of a few-token kernel's time under a cold L2 is fetching its own instructions.
 
     python3 -P bench/code_size.py KERNEL SHAPE [--replay recorded|recorded:SESSION|STORE] [--dtype bf16]
+                                  [--variant default]
 
-Each configuration (template, baseline) the store measured at SHAPE is compiled here (NVRTC, no
+Each configuration (template, baseline) the store measured at SHAPE of the kernel's current source is compiled here (NVRTC, no
 GPU needed, for the store's arch) and its .text bytes printed beside its median. Under `--l2 cold`
 the flush between replays evicts the kernel's code from L2 too, as a model's layers do between two
 calls of one op in a server; at one token a kernel runs each instruction once, so its length is
@@ -14,6 +15,7 @@ code and 7.3 us at 62 KB). Rows are sorted by time.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sqlite3
 import struct
@@ -21,7 +23,10 @@ import sys
 
 
 def text_bytes(cubin: bytes) -> int:
-    """The summed size of an ELF cubin's .text sections: the machine code, nothing else."""
+    """The summed size of an ELF cubin's .text sections: the machine code, nothing else (line
+    tables, symbols and constants left out, so two builds of one code compare equal)."""
+    if cubin[:5] != b"\x7fELF\x02":  # NVRTC's cubins are 64-bit ELF
+        raise ValueError("not a 64-bit ELF cubin")
     shoff, = struct.unpack_from("<Q", cubin, 0x28)
     entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entry_size) for i in range(count)]
@@ -34,7 +39,18 @@ def text_bytes(cubin: bytes) -> int:
 
 
 def main() -> int:
+    from astra_kernels.tools.errors import AstraError
+
+    try:
+        return sizes()
+    except (AstraError, OSError, ValueError, sqlite3.Error) as exc:  # a bad name, shape or file: one line
+        print(f"code_size: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
+def sizes() -> int:
     from astra_kernels import suite
+    from astra_kernels.tools.templating.template import Exclusion
     from astra_kernels.suite import recordings
     from astra_kernels.tools.measuring.replay import unpacked_copy
     from astra_kernels.tools.toolchain.compiler import compile_source
@@ -48,20 +64,29 @@ def main() -> int:
     args = parser.parse_args()
     folder = suite.load(args.kernel)
     shape = folder.spec.parse_shape(args.shape)
+    folder.spec.check_dtype(args.dtype)
+    folder.spec.check_variant(args.variant)
     store = unpacked_copy(recordings.resolve(args.replay, args.kernel))
-    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    rows = db.execute("SELECT which, config, arch, median_us FROM results WHERE kernel = ? AND shape = ? AND dtype = ? "
+    try:
+        db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+        db.execute("SELECT 1 FROM results LIMIT 1")
+    except sqlite3.Error as exc:
+        raise ValueError(f"{store}: not a results store ({exc})") from None
+    current = {hashlib.sha256(folder.source_of(w).code.encode()).hexdigest() for w in ("template", "baseline")}
+    rows = db.execute("SELECT which, config, arch, median_us, source_sha256 FROM results WHERE kernel = ? AND shape = ? AND dtype = ? "
                       "AND variant = ? AND status = 'ok' AND which IN ('template', 'baseline')",
                       (args.kernel, json.dumps(shape, sort_keys=True, separators=(",", ":")), args.dtype, args.variant))
     seen = {}
-    for which, config, arch, us in rows:
+    for which, config, arch, us, source_hash in rows:
         key = (which, config)
-        if key in seen:
+        if key in seen or source_hash not in current:  # measured of another text of the kernel: not this code
             continue
         source = folder.source_of(which)
         cfg = json.loads(config) if config else {}
         env = suite.environment(folder.spec, shape, args.dtype, args.variant, arch=arch)
         instance = source.instantiate(cfg or source.default, env)
+        if isinstance(instance, Exclusion):
+            continue
         module = compile_source(source.code, suite.compile_options(instance, args.dtype,
                                                                    folder.spec.variants[args.variant], arch))
         seen[key] = (us, text_bytes(module.cubin), which, cfg)

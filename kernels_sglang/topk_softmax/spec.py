@@ -23,7 +23,7 @@ _ODD = [
 # sorts at most 32 keys; STORE 1 needs K / GROUP > 1).
 _SORTED = {"LOAD_BYTES": "16", "ROWS": "1", "KEYS": "1", "FAST_MATH": "1", "SORT": "1"}
 SEEDS = [
-    Seed(note="a lane per row, its keys sorted in registers once, its k selections written as 16-byte vectors",
+    Seed(note="a lane per row, its keys sorted in registers once, its k selections written as vectors of up to 16 bytes",
          config={**_SORTED, "TPR": "1", "WARPS": "4", "STORE": "1"}),
     Seed(note="a lane per row, sorted, vector stores, one warp a CTA (few tokens: no idle warps)",
          config={**_SORTED, "TPR": "1", "WARPS": "1", "STORE": "1"}),

@@ -59,3 +59,10 @@ def test_code_size_names_a_shape_the_store_lacks_in_one_line():
     result = run("code_size.py", "topk_softmax", "9x8x8")
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1
     assert "holds no measurement of topk_softmax at 9x8x8" in result.stderr
+
+
+def test_pick_gain_names_a_file_that_is_no_table_in_one_line(tmp_path):
+    (tmp_path / "x.json").write_text('{"x": 1}')
+    result = run("pick_gain.py", "topk_softmax", str(tmp_path / "x.json"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "x.json: not a dispatch table" in result.stderr
