@@ -24,7 +24,7 @@ from .headers import cuda_include_dir
 from .nvrtc import (
     CompiledModule, CompileOptions, Diagnostic, compile_here, from_cache, key_and_flags, resolve_arch, to_cache,
 )
-from .processes import die_with_parent, interrupts_blocked
+from .processes import die_with_parent, interrupts_blocked, start_resource_tracker
 
 
 def compile_source(
@@ -201,6 +201,7 @@ def _compile_misses(misses: list[int], resolved, keys: list[str], store, cache_d
     else:
         # spawn: the parent may hold a CUDA context, which a forked child must never inherit.
         context = multiprocessing.get_context("spawn")
+        start_resource_tracker()  # before the pool's queues register their semaphores with it
         pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                            initializer=_pool_worker_started, initargs=(os.getpid(),))
         _LIVE_POOLS[pool] = False

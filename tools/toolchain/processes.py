@@ -53,10 +53,8 @@ def interrupts_blocked(multiprocessing: bool = False) -> Iterator[None]:
     `multiprocessing`: the block starts multiprocessing children. Their resource tracker is then
     started first, outside the block: starting it unblocks these signals on its way out, which
     would leave the children started after it in the block taking them after all."""
-    if multiprocessing and os.name == "posix":
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
+    if multiprocessing:
+        start_resource_tracker()
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
@@ -65,6 +63,34 @@ def interrupts_blocked(multiprocessing: bool = False) -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+# The -W option multiprocessing's resource tracker is started with (it passes this process's
+# warning options on to its command line): its "leaked semaphore objects" warning off.
+_TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, if it is not running, without its warnings.
+
+    The tracker is a process of its own that unlinks what this process's multiprocessing objects
+    leave behind when it ends without their finalizers (a compile pool's queue semaphores, after a
+    Ctrl-C whose clean-up raced the pool's creation: about one stop in ten on a loaded machine).
+    It still does that; it no longer also prints two warnings, each with a source line, after the
+    command's two lines of what was saved and how to resume. Call before creating a pool or a
+    queue: the first one starts the tracker otherwise, with the warnings on."""
+    if os.name != "posix":
+        return
+    from multiprocessing import resource_tracker
+
+    added = _TRACKER_QUIET not in sys.warnoptions
+    if added:
+        sys.warnoptions.append(_TRACKER_QUIET)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if added:
+            sys.warnoptions.remove(_TRACKER_QUIET)
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
