@@ -2,7 +2,7 @@
 one shape: how much of a few-token kernel's time under a cold L2 is fetching its own instructions.
 
     python3 -P bench/code_size.py KERNEL SHAPE [--replay recorded|recorded:SESSION|STORE] [--dtype bf16]
-                                  [--variant default]
+                                  [--variant default] [--json OUT.json]
 
 Each configuration (template, baseline) the store measured at SHAPE of the kernel's current source is compiled here (NVRTC, no
 GPU needed, for the store's arch) and its .text bytes printed beside its median. Under `--l2 cold`
@@ -61,6 +61,7 @@ def sizes() -> int:
     parser.add_argument("--replay", default="recorded", help="the results store: recorded, recorded:SESSION or a path")
     parser.add_argument("--dtype", default="bf16")
     parser.add_argument("--variant", default="default")
+    parser.add_argument("--json", help="also write the rows")
     args = parser.parse_args()
     folder = suite.load(args.kernel)
     shape = folder.spec.parse_shape(args.shape)
@@ -94,8 +95,14 @@ def sizes() -> int:
         print(f"the store holds no measurement of {args.kernel} at {args.shape} in {args.dtype} ({args.variant})",
               file=sys.stderr)
         return 1
+    listed = sorted(seen.values(), key=lambda r: r[0])
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"kernel": args.kernel, "shape": shape, "dtype": args.dtype, "variant": args.variant,
+                       "rows": [{"us": us, "code_bytes": size, "which": which, "config": cfg}
+                                for us, size, which, cfg in listed]}, out, indent=1)
     print("| us | code bytes | which | configuration |\n|---|---|---|---|")
-    for us, size, which, cfg in sorted(seen.values(), key=lambda r: r[0]):
+    for us, size, which, cfg in listed:
         print(f"| {us:.3f} | {size} | {which} | {' '.join(f'{k}={v}' for k, v in cfg.items())} |")
     return 0
 

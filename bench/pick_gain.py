@@ -1,6 +1,7 @@
 """A re-tuned table's picks against the table it replaced, both timed in the re-tune's own store.
 
     python3 -P bench/pick_gain.py KERNEL OLD.json [--new NEW.json] [--replay recorded|recorded:SESSION|STORE]
+                                  [--json OUT.json]
 
 A re-tune started from the old table (`astra tune --start`) measures the old pick at every shape in
 its own run, beside its search, on the same GPU: one store, one kind of machine. A run cut and resumed
@@ -49,6 +50,7 @@ def gain() -> int:
     parser.add_argument("old", type=Path)
     parser.add_argument("--new", type=Path)
     parser.add_argument("--replay", default="recorded")
+    parser.add_argument("--json", type=Path, help="also write the widths' rows, each shape's times included")
     args = parser.parse_args()
     folder = suite.load(args.kernel)
     store = unpacked_copy(recordings.resolve(args.replay, args.kernel))
@@ -117,6 +119,13 @@ def gain() -> int:
         first, last = rows[0], rows[-1]
         print(f"| {'x'.join(map(str, width))} | {len(rows)} | {mean(1):.3f}x | {mean(3):.3f}x | "
               f"{first[0]}: {first[1]:.2f} -> {first[2]:.2f} | {last[0]}: {last[1]:.2f} -> {last[2]:.2f} |")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "kernel": args.kernel, "store": str(store), "device": devices[0], "old": str(args.old),
+            "new": str(args.new) if args.new else "shipped", "skipped": skipped,
+            "widths": [{"width": "x".join(map(str, width)), "shapes": [
+                {"tokens": t, "old_us": o, "new_us": n, "baseline_us": b} for t, o, n, b in rows]}
+                for width, rows in sorted(widths.items())]}, indent=1) + "\n")
     if skipped:
         print(f"\n{skipped} shape(s) of the new table left out: the store lacks their old pick, new pick or baseline "
               "(or the old table has no entry there)")

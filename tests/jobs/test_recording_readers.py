@@ -25,11 +25,14 @@ def test_a_table_against_itself_gains_nothing_and_an_older_pick_shows_its_loss(t
     table = json.loads(table_path("topk_softmax", "h200").read_text())
     same = tmp_path / "same.json"
     same.write_text(json.dumps(table))
-    run_same = run("pick_gain.py", "topk_softmax", str(same))
+    run_same = run("pick_gain.py", "topk_softmax", str(same), "--json", str(tmp_path / "gain.json"))
     assert run_same.returncode == 0, run_same.stderr
     widths = rows(run_same.stdout)
     assert {w[0] for w in widths} == {"8x2", "8x8", "64x2", "64x8", "128x2", "128x8", "256x2", "256x8"}
     assert all(w[2] == "1.000x" for w in widths)
+    written = json.loads((tmp_path / "gain.json").read_text())
+    assert [w["width"] for w in written["widths"]] == [w[0] for w in widths]
+    assert all(s["old_us"] == s["new_us"] for w in written["widths"] for s in w["shapes"])
 
     # 1x8x8 as the selecting form picked it before the sorted one (measured in the same store)
     for entry in table["entries"]:
@@ -45,10 +48,12 @@ def test_a_table_against_itself_gains_nothing_and_an_older_pick_shows_its_loss(t
     assert old_us > new_us
 
 
-def test_code_size_lists_every_measured_configuration_with_its_machine_code():
-    result = run("code_size.py", "topk_softmax", "1x8x8")
+def test_code_size_lists_every_measured_configuration_with_its_machine_code(tmp_path):
+    result = run("code_size.py", "topk_softmax", "1x8x8", "--json", str(tmp_path / "sizes.json"))
     assert result.returncode == 0, result.stderr
     listed = rows(result.stdout)
+    written = json.loads((tmp_path / "sizes.json").read_text())["rows"]
+    assert [(f"{r['us']:.3f}", str(r["code_bytes"])) for r in written] == [(r[0], r[1]) for r in listed]
     times = [float(r[0]) for r in listed]
     assert times == sorted(times) and len(listed) >= 5
     fastest, slowest_template = listed[0], [r for r in listed if r[2] == "template"][-1]
