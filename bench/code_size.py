@@ -18,24 +18,7 @@ import argparse
 import hashlib
 import json
 import sqlite3
-import struct
 import sys
-
-
-def text_bytes(cubin: bytes) -> int:
-    """The summed size of an ELF cubin's .text sections: the machine code, nothing else (line
-    tables, symbols and constants left out, so two builds of one code compare equal)."""
-    if cubin[:5] != b"\x7fELF\x02":  # NVRTC's cubins are 64-bit ELF
-        raise ValueError("not a 64-bit ELF cubin")
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entry_size) for i in range(count)]
-    names_offset = sections[names_index][4]
-
-    def name(offset: int) -> str:
-        start = names_offset + offset
-        return cubin[start:cubin.index(b"\0", start)].decode()
-    return sum(s[5] for s in sections if name(s[0]).startswith(".text"))
 
 
 def main() -> int:
@@ -54,6 +37,7 @@ def sizes() -> int:
     from astra_kernels.suite import recordings
     from astra_kernels.tools.measuring.replay import unpacked_copy
     from astra_kernels.tools.toolchain.compiler import compile_source
+    from astra_kernels.tools.toolchain.cubin import machine_code_bytes
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernel")
@@ -90,7 +74,7 @@ def sizes() -> int:
             continue
         module = compile_source(source.code, suite.compile_options(instance, args.dtype,
                                                                    folder.spec.variants[args.variant], arch))
-        seen[key] = (us, text_bytes(module.cubin), which, cfg)
+        seen[key] = (us, machine_code_bytes(module.cubin), which, cfg)
     if not seen:
         print(f"the store holds no measurement of {args.kernel} at {args.shape} in {args.dtype} ({args.variant})",
               file=sys.stderr)

@@ -22,6 +22,7 @@ import numpy as np
 
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.toolchain import driver as cu
+from astra_kernels.tools.toolchain.cubin import sections, string_at
 from astra_kernels.tools.toolchain.driver import check
 from .correctness import Check
 
@@ -32,32 +33,17 @@ _STT_OBJECT = 1
 def writable_globals(cubin: bytes) -> list[tuple[str, int]]:
     """(name, size in bytes) of every `__device__` variable of a cubin (a 64-bit little-endian
     ELF, as NVRTC and nvcc write them), in symbol-table order; [] for anything that is not one."""
-    if cubin[:4] != b"\x7fELF" or len(cubin) < 64 or cubin[4] != 2 or cubin[5] != 1:
-        return []
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = []
-    for i in range(shnum):
-        at = shoff + i * shentsize
-        name, kind, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", cubin, at)
-        sections.append((name, kind, offset, size, link, entsize))
-
-    def text(table: int, at: int) -> str:
-        start = sections[table][2] + at
-        return cubin[start:cubin.index(b"\0", start)].decode(errors="replace")
-
-    names = [text(shstrndx, s[0]) for s in sections]
     found = []
-    for index, (_, kind, offset, size, link, entsize) in enumerate(sections):
-        if kind != _SHT_SYMTAB or not entsize:
+    all_sections = sections(cubin)
+    for section in all_sections:
+        if section.kind != _SHT_SYMTAB or not section.entsize:
             continue
-        for at in range(offset, offset + size, entsize):
+        for at in range(section.offset, section.offset + section.size, section.entsize):
             st_name, st_info, _other, shndx, _value, st_size = struct.unpack_from("<IBBHQQ", cubin, at)
-            if st_info & 0xF != _STT_OBJECT or not 0 < shndx < len(sections) or not st_size:
+            if st_info & 0xF != _STT_OBJECT or not 0 < shndx < len(all_sections) or not st_size:
                 continue
-            if names[shndx].startswith(".nv.global"):
-                found.append((text(link, st_name), int(st_size)))
+            if all_sections[shndx].name.startswith(".nv.global"):
+                found.append((string_at(cubin, all_sections[section.link], st_name), int(st_size)))
     return found
 
 
