@@ -18,13 +18,15 @@ from astra_kernels.tools.errors import LaunchArgumentError
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _DEVICE_NAMES = {KDL_CPU: "cpu", KDL_CUDA: "cuda", KDL_CUDA_HOST: "cuda pinned host memory",
                  KDL_CUDA_MANAGED: "cuda managed memory", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm"}
-# (DLPack type code, bits) -> the project's dtype names (tools/toolchain/dtypes.py); code 0 int, 1 uint, 2 float, 4 bfloat.
+# (DLPack type code, bits) -> the project's dtype names (tools/toolchain/dtypes.py); code 0 int, 1 uint, 2 float,
+# 4 bfloat, 10 float8_e4m3fn and 12 float8_e5m2 (DLPack 1.1; torch's float8_e4m3fn and float8_e5m2).
 _DLPACK_DTYPES = {(2, 16): "fp16", (2, 32): "fp32", (2, 64): "fp64", (4, 16): "bf16", (0, 8): "int8",
-                  (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (1, 32): "uint32", (1, 64): "uint64"}
+                  (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (1, 32): "uint32", (1, 64): "uint64",
+                  (10, 8): "fp8_e4m3", (12, 8): "fp8_e5m2"}
 _TYPESTRS = {"<f2": "fp16", "<f4": "fp32", "<f8": "fp64", "|i1": "int8", "<i4": "int32", "<i8": "int64",
              "|u1": "uint8", "<u4": "uint32", "<u8": "uint64"}
 _ITEMSIZE = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "int8": 1, "uint8": 1, "int32": 4, "uint32": 4,
-             "int64": 8, "uint64": 8}
+             "int64": 8, "uint64": 8, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 class _DLDevice(ctypes.Structure):

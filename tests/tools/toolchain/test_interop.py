@@ -27,6 +27,17 @@ def test_dlpack_gives_pointer_shape_strides_and_bf16():
     assert view(torch.zeros(3, dtype=torch.int32)).dtype == "int32"
 
 
+def test_dlpack_fp8_is_the_kernels_fp8():
+    """torch's float8_e4m3fn and float8_e5m2 (DLPack codes 10 and 12) are what per_token_group_quant_fp8
+    writes; the Python callable refused them before (the GPU test of the exported op found it). The
+    other fp8 flavours (fnuz: no negative zero, another bias) are not those bits and stay refused."""
+    q = view(torch.zeros(3, 128, dtype=torch.float8_e4m3fn))
+    assert (q.dtype, q.nbytes, q.strides) == ("fp8_e4m3", 384, (128, 1))
+    assert view(torch.zeros(2, dtype=torch.float8_e5m2)).dtype == "fp8_e5m2"
+    with pytest.raises(LaunchArgumentError, match="q has DLPack type .code 11, 8 bits"):
+        view(torch.zeros(2, dtype=torch.float8_e4m3fnuz), what="q")
+
+
 def test_cuda_array_interface_and_refusals():
     class Described:
         def __init__(self):
