@@ -7,6 +7,7 @@ where a call's host work exceeds its GPU time (every kernel here at 16 tokens) t
 call is the host time per call. Three rounds, interleaved; the median is reported.
 
     python3 -P bench/host_cost.py --out DIR      # on a GPU; writes host_cost.json and prints a table
+    python3 -P bench/host_cost.py --out DIR --kernels topk_softmax,per_token_group_quant_fp8   # only those
 
 The tables exported are those shipped for this GPU's kind (tuned_tables); the op is built with nvcc
 on first use (cached). No timing here is asserted anywhere: a benchmark, never a test.
@@ -24,7 +25,8 @@ from pathlib import Path
 
 KERNELS = {"silu_and_mul": {"T": 16, "D": 4096}, "rmsnorm": {"T": 16, "H": 4096},
            "fused_add_rmsnorm": {"T": 16, "H": 4096}, "merge_attn_states": {"N": 16, "HD": 32, "D": 128},
-           "rotary_embedding": {"N": 16, "HQ": 32, "HK": 8, "D": 128, "R": 128, "P": 4096}}
+           "rotary_embedding": {"N": 16, "HQ": 32, "HK": 8, "D": 128, "R": 128, "P": 4096},
+           "topk_softmax": {"T": 16, "E": 64, "K": 8}, "per_token_group_quant_fp8": {"T": 16, "H": 7168}}
 
 
 def per_call_us(call, calls: int) -> float:
@@ -54,7 +56,13 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated, of: " + ", ".join(KERNELS))
     args = parser.parse_args()
+    chosen = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    unknown = [k for k in chosen if k not in KERNELS]
+    if unknown or not chosen:
+        raise SystemExit(f"host_cost.py: --kernels {args.kernels!r}: {', '.join(unknown) or 'none'} not among "
+                         + ", ".join(KERNELS))
     device = torch.cuda.get_device_name()
     kind = (tuned_tables.device_key(device) or "H200").lower()
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
@@ -62,9 +70,11 @@ def main() -> int:
     calls = {"native op (x.relu_())": lambda: x.relu_(), "F.rms_norm eager": lambda: F.rms_norm(x, (4096,), w, 1e-6)}
     built_s, tables = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kernel, shape in KERNELS.items():
+        for kernel in chosen:
+            shape = KERNELS[kernel]
             out = Path(tmp) / kernel
-            # a kernel tuned for the H200 only (rotary_embedding) runs its H200 table: the pick reads the GPU
+            # a kernel tuned for the H200 only (rotary_embedding, topk_softmax, per_token_group_quant_fp8) runs
+            # its H200 table: the pick reads the GPU
             table_kind = kind if kernel in tuned_tables.shipped_kernels(kind, "cold") else "h200"
             tables[kernel] = table_kind
             cuda_file.export(cuda_file.resolve_source(None, table_kind, kernel), out)
@@ -83,7 +93,7 @@ def main() -> int:
     rows = [{"call": name, "host_us": statistics.median(s), "samples_us": s,
              "over_native": statistics.median(s) / native} for name, s in samples.items()]
     report = {"device": device, "torch": torch.__version__, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "calls": args.calls, "rounds": args.rounds, "shapes": {k: v for k, v in KERNELS.items()},
+              "calls": args.calls, "rounds": args.rounds, "shapes": {k: KERNELS[k] for k in chosen},
               "first_load_s": built_s, "tables": tables, "rows": rows}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "host_cost.json").write_text(json.dumps(report, indent=2))
