@@ -1,5 +1,5 @@
-"""bench/pick_gain.py and bench/code_size.py on the shipped topk_softmax recording, without a GPU:
-what they read back is the H200's measurements of 2026-11-29 (docs/performance.md entry 27)."""
+"""bench/pick_gain.py, bench/code_size.py and bench/retime_effect.py on the shipped recordings, without a GPU:
+what they read back is the H200's measurements of 2026-11-28/29 (docs/performance.md entries 27 and 28)."""
 
 from __future__ import annotations
 
@@ -71,3 +71,36 @@ def test_pick_gain_names_a_file_that_is_no_table_in_one_line(tmp_path):
     result = run("pick_gain.py", "topk_softmax", str(tmp_path / "x.json"))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "x.json: not a dispatch table" in result.stderr
+
+
+def test_retime_effect_reads_what_the_re_timing_decided_and_what_a_margin_keeps(tmp_path):
+    """bench/retime_effect.py over the shipped merge_attn_states sweep recording (2026-11-28): every
+    shape whose re-timing finished, the search's winner against the re-timing's, and with --margin
+    the rule the tuner now applies (runner.contends), which keeps less of the re-timing time as the
+    margin shrinks and none at all at a margin no finalist lies within."""
+    recording = Path(__file__).resolve().parents[2] / "kernels_sglang/recorded/h200-2026-11-28/merge_attn_states.sqlite.gz"
+    margins = {}
+    for margin in ("0.5", "0.02", "0"):
+        result = run("retime_effect.py", str(recording), "--margin", margin, "--json", str(tmp_path / f"{margin}.json"))
+        assert result.returncode == 0, result.stderr
+        report = json.loads((tmp_path / f"{margin}.json").read_text())[0]
+        margins[margin] = report["margin"]
+        assert "merge_attn_states" in result.stdout and f"{len(report['shapes'])} shapes re-timed whole" in result.stdout
+    shapes = report["shapes"]
+    assert len(shapes) >= 30 and all(len(s["finalists"]) >= 2 for s in shapes)
+    for s in shapes:  # finalists in search order; a change is a gain of the re-timing's own winner
+        times = [f["search_us"] for f in s["finalists"]]
+        assert times == sorted(times) and all(len(f["retimed_us"]) >= 2 for f in s["finalists"])
+        assert s["gain"] >= 1.0 and (s["changed"] or s["gain"] == 1.0)
+    whole = margins["0.5"]["whole_wall_s"]
+    assert margins["0.5"]["kept_wall_s"] == whole > 0 and margins["0.5"]["differ"] == []  # everyone contends
+    assert margins["0"]["kept_wall_s"] <= margins["0.02"]["kept_wall_s"] < whole
+
+
+def test_retime_effect_refuses_a_file_that_is_not_a_store_in_one_line(tmp_path):
+    bogus = tmp_path / "notes.sqlite"
+    bogus.write_text("not a database")
+    result = run("retime_effect.py", str(bogus))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "not a results store" in result.stderr
+    bad_margin = run("retime_effect.py", str(bogus), "--margin", "2")
+    assert bad_margin.returncode == 2 and "--margin 2.0: a fraction" in bad_margin.stderr

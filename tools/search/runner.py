@@ -49,6 +49,7 @@ class Trial(BaseModel):
     message: str = ""
     registers: int | None = None  # the compile's, and the CTAs an SM holds: the agent's profiler evidence
     occupancy_blocks_per_sm: int | None = None
+    spread: float | None = None  # the timing's (max - min) / median over its samples; None in older reports
 
 
 class RoundSummary(BaseModel):
@@ -169,7 +170,8 @@ def search(strategy: Strategy, request_for: Callable[[dict[str, int]], Evaluatio
                       fraction_of_copy_bandwidth=result.fraction_of_copy_bandwidth,
                       message=result.message[:300],
                       registers=info.resources.registers if (info := getattr(result, "kernel_info", None)) else None,
-                      occupancy_blocks_per_sm=getattr(result, "occupancy_blocks_per_sm", None))
+                      occupancy_blocks_per_sm=getattr(result, "occupancy_blocks_per_sm", None),
+                      spread=getattr(result.timing, "spread", None) if ok else None)
         outcome.trials.append(trial)
         strategy.tell(config, score)
         if score is not None and (outcome.best_us is None or score < outcome.best_us):
@@ -264,33 +266,59 @@ def search_rounds(strategy: str, candidates: list[dict[str, int]],
     return outcome
 
 
-FINALISTS = 3  # configurations re-timed before a winner is named
+FINALISTS = 3  # configurations re-timed before a winner is named, at most
 RETIME_ROUNDS = 2  # rounds of the fresh run; each measures every finalist once, in the same order
+# A configuration contends with the search's best only if its search time lies within this fraction of
+# the best's, or within either timing's spread where that is larger: farther off, no re-timing has
+# overturned the order. `python3 -P bench/retime_effect.py kernels_sglang/recorded/h200-2026-11-2[89]/*
+# --margin 0.02` (the H200 sweep recordings, seven kernels, 872 shapes whose three fastest were re-timed
+# whole): the search's time lay within -0.6% and +0.6% of the re-timed one at 90% of the finalists
+# (rotary_embedding: -1.4% and +1.3%); the re-timing changed the winner at 34 shapes, by under 0.8%
+# but at two (1.2% and 1.4%), and took 28-42% of the evaluation time. With this margin, 286 of those
+# 1346 s of re-timing are spent, and the pick is the full re-timing's at every shape.
+RETIME_MARGIN = 0.02
+
+
+def contends(best_us: float, best_spread: float | None, us: float, spread: float | None,
+             margin: float = RETIME_MARGIN) -> bool:
+    """Whether a configuration timed `us` in the search could, re-timed, beat the best one (`best_us`)."""
+    return us <= best_us * (1 + max(margin, best_spread or 0.0, spread or 0.0))
 
 
 def retime_finalists(outcome: SearchOutcome, request_for: Callable[[dict[str, int]], EvaluationRequest],
                      evaluate: Callable[..., tuple[EvaluationResult, bool]], *,
                      labels: Callable[[dict[str, int]], dict] | None = None, count: int = FINALISTS,
-                     rounds: int = RETIME_ROUNDS) -> SearchOutcome:
-    """Name the winner from a fresh, interleaved measurement of the `count` fastest configurations.
+                     rounds: int = RETIME_ROUNDS, margin: float = RETIME_MARGIN) -> SearchOutcome:
+    """Name the winner from a fresh, interleaved measurement of the fastest configurations that contend.
 
     The best median out of hundreds is biased low by about the timing's spread (the winner's curse:
-    the one that drew the luckiest noise wins), so the finalists are measured again, `rounds`
-    rounds each measuring every finalist once in turn (any drift of the GPU's clocks falls on all
-    alike), each a fresh evaluation with the full protocol (`EvaluationRequest.retime`, keyed apart
+    the one that drew the luckiest noise wins), so the up to `count` fastest configurations whose
+    search times lie within `margin` (or the spread) of the best's (`contends`) are measured again,
+    `rounds` rounds each measuring every finalist once in turn (any drift of the GPU's clocks falls on
+    all alike), each a fresh evaluation with the full protocol (`EvaluationRequest.retime`, keyed apart
     from the search's measurement, so the results store answers a re-run but not the search's
     numbers). The winner is the finalist with the best median of its re-timings, and `best_us` that
-    median. A finalist whose re-timing is not correct is out. Where the re-timing cannot be done
-    (a replay holds no record of it, a cluster's worker was lost), the search's winner and times
-    stand, said in `retime_note`: a replay answers as the recording did."""
+    median. A finalist whose re-timing is not correct is out. Where none contends with the best, nothing
+    is re-timed (RETIME_MARGIN says why that is safe) and `retime_note` says so. Where the re-timing
+    cannot be done (a replay holds no record of it, a cluster's worker was lost), the search's winner
+    and times stand, said in `retime_note`: a replay answers as the recording did."""
     ranked = sorted((t for t in outcome.trials if t.median_us is not None), key=lambda t: t.median_us)
     finalists: list[Finalist] = []
+    runner_up: Trial | None = None
     for trial in ranked:
-        if all(f.config != trial.config for f in finalists):
-            finalists.append(Finalist(config=trial.config, search_us=trial.median_us))
+        if any(f.config == trial.config for f in finalists):
+            continue
+        if finalists and not contends(ranked[0].median_us, ranked[0].spread, trial.median_us, trial.spread, margin):
+            runner_up = runner_up or trial
+            continue
+        finalists.append(Finalist(config=trial.config, search_us=trial.median_us))
         if len(finalists) == count:
             break
     if len(finalists) < 2:
+        if finalists and runner_up is not None:
+            outcome.retime_note = (f"not re-timed: the next configuration's search time is "
+                                   f"{runner_up.median_us / ranked[0].median_us - 1:.1%} above the best's, beyond the "
+                                   f"{margin:.0%} margin and the timings' spread")
         return outcome
     for round_index in range(1, rounds + 1):
         for finalist in finalists:

@@ -110,8 +110,12 @@ class _LuckyWorker:
 
     device = {"name": "Scripted GPU", "arch": "sm_90"}
 
-    def __init__(self, retimed: dict[int, float | str]):
+    SEARCHED = {64: 1.0, 128: 1.01, 256: 1.015, 512: 3.0}  # 64 drew lucky noise in the search; all but 512 contend
+
+    def __init__(self, retimed: dict[int, float | str], searched: dict[int, float] | None = None,
+                 spread: float = 0.0):
         self.retimed, self.requests = retimed, []
+        self.searched, self.spread = searched or self.SEARCHED, spread
 
     def evaluate(self, request):
         self.requests.append(request)
@@ -122,8 +126,8 @@ class _LuckyWorker:
                 return EvaluationResult(status=value, message=value)
             us = value
         else:
-            us = {64: 1.0, 128: 1.1, 256: 1.2, 512: 3.0}[threads]  # 64 drew lucky noise in the search
-        timing = Timing(median_us=us, min_us=us, max_us=us, spread=0.0, samples_us=[us],
+            us = self.searched[threads]
+        timing = Timing(median_us=us, min_us=us, max_us=us, spread=self.spread, samples_us=[us],
                         launches_per_replay=100, input_sets=100, method="graph")
         return EvaluationResult(status="ok", timing=timing)
 
@@ -140,10 +144,10 @@ def _retime_search(worker, store):
 
 
 def test_the_winner_is_named_by_re_timing_the_finalists_interleaved(tmp_path):
-    worker = _LuckyWorker({64: 1.3, 128: 1.05, 256: 1.25})
+    worker = _LuckyWorker({64: 1.03, 128: 1.012, 256: 1.02})
     with ResultsStore(tmp_path / "r.sqlite") as store:
         outcome, _ = _retime_search(worker, store)
-        assert outcome.best_config["THREADS"] == 128 and outcome.best_us == 1.05
+        assert outcome.best_config["THREADS"] == 128 and outcome.best_us == 1.012
         assert [f.config["THREADS"] for f in outcome.finalists] == [64, 128, 256]  # the 3 fastest, not 512
         retimes = [(r.options.defines["THREADS"], r.retime) for r in worker.requests if r.retime]
         assert retimes == [(64, 1), (128, 1), (256, 1), (64, 2), (128, 2), (256, 2)]  # interleaved rounds
@@ -154,7 +158,7 @@ def test_the_winner_is_named_by_re_timing_the_finalists_interleaved(tmp_path):
 
 
 def test_a_finalist_that_fails_its_re_timing_is_out(tmp_path):
-    worker = _LuckyWorker({64: "incorrect", 128: 1.15, 256: 1.12})
+    worker = _LuckyWorker({64: "incorrect", 128: 1.015, 256: 1.012})
     with ResultsStore(tmp_path / "r.sqlite") as store:
         outcome, _ = _retime_search(worker, store)
     assert outcome.best_config["THREADS"] == 256 and "1 failed when re-timed" in outcome.retime_note
@@ -169,6 +173,36 @@ def test_a_replay_without_re_timings_keeps_the_search_s_winner(tmp_path):
         assert store.count() == 4  # the refusals are not stored as measurements
     assert outcome.best_config["THREADS"] == 64 and outcome.best_us == 1.0
     assert "not re-timed (unrecorded)" in outcome.retime_note
+
+
+def test_only_the_configurations_within_the_margin_of_the_best_are_re_timed(tmp_path):
+    """A configuration whose search time lies beyond RETIME_MARGIN of the best's (and beyond the
+    timings' spread) has never overturned the order in the recorded sweeps: it is not re-timed; where
+    none contends, nothing is, and the search's winner and time stand, with the note saying why."""
+    from astra_kernels.tools.search.runner import RETIME_MARGIN
+
+    assert RETIME_MARGIN == 0.02
+    worker = _LuckyWorker({64: 1.03, 128: 1.012}, searched={64: 1.0, 128: 1.01, 256: 1.05, 512: 3.0})
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        outcome, _ = _retime_search(worker, store)
+    assert [f.config["THREADS"] for f in outcome.finalists] == [64, 128]  # 256, 5% off, is not re-timed
+    assert outcome.best_config["THREADS"] == 128 and "2 finalists re-timed" in outcome.retime_note
+    alone = _LuckyWorker({}, searched={64: 1.0, 128: 1.03, 256: 1.05, 512: 3.0})
+    with ResultsStore(tmp_path / "alone.sqlite") as store:
+        outcome, _ = _retime_search(alone, store)
+    assert not [r for r in alone.requests if r.retime] and outcome.finalists == []
+    assert outcome.best_config["THREADS"] == 64 and outcome.best_us == 1.0
+    assert "not re-timed: the next configuration's search time is 3.0% above the best's" in outcome.retime_note
+
+
+def test_a_spread_wider_than_the_margin_widens_it(tmp_path):
+    """Noisy timings (a spread of 6%) let a configuration 5% off the best contend."""
+    worker = _LuckyWorker({64: 1.08, 128: 1.06, 256: 1.051}, searched={64: 1.0, 128: 1.03, 256: 1.05, 512: 3.0},
+                          spread=0.06)
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        outcome, _ = _retime_search(worker, store)
+    assert [f.config["THREADS"] for f in outcome.finalists] == [64, 128, 256]
+    assert outcome.best_config["THREADS"] == 256 and outcome.best_us == 1.051
 
 
 def test_a_re_timing_keys_apart_from_the_search_s_measurement_and_only_then():
