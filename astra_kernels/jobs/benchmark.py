@@ -19,6 +19,7 @@ shapes, and decode shapes against the launch floor.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,6 +135,9 @@ class BenchRow(BaseModel):
     tuned_pdl_us: float | None = None
     copy_pdl_us: float | None = None
     pdl_status: str = ""
+    # Wall seconds of this row's parts ("baseline", "probes", "tuned", "sglang_jit", "pdl", "torch_eager",
+    # "torch_compile", and of that "torch_compile_build", the compile): where a benchmark's time goes.
+    seconds: dict[str, float] = Field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -275,6 +279,19 @@ class BenchReport(BaseModel):
         lines += self.per_width()
         return lines
 
+    def time_spent(self) -> str:
+        """Where this benchmark's wall time went, summed over its rows by part (BenchRow.seconds); empty
+        for reports from before rows kept it."""
+        spent: dict[str, float] = {}
+        for r in self.rows:
+            for part, seconds in r.seconds.items():
+                spent[part] = spent.get(part, 0.0) + seconds
+        if not spent:
+            return ""
+        timed = sum(1 for r in self.rows if r.seconds)
+        return (f"wall seconds by part over {timed} shapes: "
+                + ", ".join(f"{part} {seconds:.0f}" for part, seconds in spent.items()))
+
     def per_width(self) -> list[str]:
         """Issue 42's counts, one line per kernel and width (the shape but its token count) timed at
         several token counts: at how many the table is behind the fastest peer by more than the larger
@@ -414,9 +431,11 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                            bytes_moved=suite.problem(folder, shape, kernel_dtype).bytes_moved)
             row.sglang_us = next((a.sglang_us for a in folder.spec.anchors
                                   if a.device == key and a.shape == shape and a.dtype == kernel_dtype), None)
+            clock = _PartClock(row.seconds)
             baseline = _evaluate(worker, folder, "baseline", shape, kernel_dtype, None, sms, input_layout, l2=l2)
             row.baseline_us, row.baseline_spread, row.baseline_status = _time_of(baseline)
             row.floor_us, row.mix_floor_us = baseline.floor_us, baseline.mix_floor_us
+            clock.done("baseline")
             copy = _same_bytes_copy(worker, row.bytes_moved, sms, l2=l2)
             row.copy_us = copy.timing.median_us if copy.status == "ok" and copy.timing else None
             if baseline.mix:
@@ -425,6 +444,7 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                 row.mix_us = _same_mix(worker, problem.read_bytes, problem.write_bytes, baseline.mix, sms, l2)
             if baseline.copy_bandwidth_gbs:
                 report.copy_bandwidth_gbs = baseline.copy_bandwidth_gbs
+            clock.done("probes")
             source = None  # what the dispatch table runs here: "template", "baseline", or nothing
             if table is not None:
                 try:
@@ -437,16 +457,19 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                     row.tuned_us, row.tuned_spread, row.tuned_status = _time_of(tuned)
                     row.floor_us = row.floor_us or tuned.floor_us
                     row.mix_floor_us = row.mix_floor_us or tuned.mix_floor_us
+                clock.done("tuned")
             if imported is not None:
                 jit = (_evaluate(worker, imported, "baseline", shape, kernel_dtype, None, sms, input_layout, l2=l2)
                        if kernel_dtype in imported.spec.dtypes else
                        EvaluationResult(status="invalid", message=f"{imported.name} does not run {kernel_dtype}"))
                 row.sglang_jit_us, row.sglang_jit_spread, row.sglang_jit_status = _time_of(jit)
+                clock.done("sglang_jit")
             elif imported_error:
                 row.sglang_jit_status = imported_error
             if pdl:
                 _measure_pdl(worker, folder, row, (source, table.source_of(source)) if source else None, sms,
                              input_layout, l2)
+                clock.done("pdl")
             for mode in torch_modes:
                 peer: PeerResult = worker.call(measure_peer, name, shape, kernel_dtype, "default", mode, l2,
                                                timeout_s=900)  # (the worker passes arguments by position)
@@ -455,10 +478,25 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
                 setattr(row, f"torch_{mode}_spread", peer.timing.spread if peer.median_us else None)
                 setattr(row, f"torch_{mode}_status", peer.status if peer.status == "ok" else
                         f"{peer.status}: {peer.message[:300]}")
+                clock.done(f"torch_{mode}")
+                if peer.compile_seconds is not None:
+                    row.seconds[f"torch_{mode}_build"] = round(peer.compile_seconds, 3)
             report.rows.append(row)
             if checkpoint:
                 checkpoint(report)
     return report
+
+
+class _PartClock:
+    """Wall seconds between marks, each written into `into` under the part just done."""
+
+    def __init__(self, into: dict[str, float]):
+        self.into, self.last = into, time.perf_counter()
+
+    def done(self, part: str) -> None:
+        now = time.perf_counter()
+        self.into[part] = round(now - self.last, 3)
+        self.last = now
 
 
 def _same_bytes_copy(worker, bytes_moved: int, sms: int, pdl: bool = False, l2: str = "cold") -> EvaluationResult:
@@ -601,6 +639,8 @@ def render_markdown(report: BenchReport) -> str:
                   "| " + " | ".join(PDL_COLUMNS) + " |", "|" + "---|" * len(PDL_COLUMNS)]
         lines += ["| " + " | ".join(map(md_text, cells)) + " |" for cells in pdl_rows]
     lines += ["", "## Goals (issues 5 and 18), as measured", ""] + [f"- {md_text(g)}" for g in report.goals()]
+    if spent := report.time_spent():
+        lines += ["", md_text(spent[0].upper() + spent[1:]) + " (a build is part of its peer's seconds)."]
     problems = [(r, which, status) for r in report.rows
                 for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status), ("PDL", r.pdl_status),
                                       ("SGLang JIT", r.sglang_jit_status),

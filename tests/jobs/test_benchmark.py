@@ -458,12 +458,26 @@ def test_every_rows_draws_are_made_ahead_in_the_order_the_rows_are_measured():
     """A sweep's large draws (inputs and float64 reference) take tens of seconds on one core: the
     benchmark hands the worker the whole list before its first row, as a tune does, so each is drawn
     on the host's other cores while the GPU times the rows before it."""
+    worker = _scripted_worker()
+    shapes = {"rmsnorm": [{"T": 16, "H": 4096}, {"T": 16384, "H": 8192}], "silu_and_mul": [{"T": 4, "D": 14336}]}
+    report = benchmark.bench(worker, shapes, torch_modes=())
+    assert [r.label for r in report.rows] == ["16x4096", "16384x8192", "4x14336"]
+    first = next(i for i, (what, _) in enumerate(worker.asked) if what == "prefetch")
+    rows = [i for i, (what, label) in enumerate(worker.asked) if what == "evaluate" and "baseline" in label]
+    assert len(rows) == 3 and first < rows[0], worker.asked[:4]  # drawn ahead before the first row is timed
+    labels = [label for label, _ in worker.asked[first][1]]
+    assert list(dict.fromkeys(labels)) == ["rmsnorm 16x4096 bf16", "rmsnorm 16384x8192 bf16", "silu_and_mul 4x14336 bf16"]
+    assert len(labels) > 3  # each shape's check draws and its timing's
+
+
+def _scripted_worker():
+    """An evaluation worker without a process: what the benchmark asks of it is recorded in `asked`."""
     from astra_kernels.tools.measuring import draws
     from astra_kernels.tools.measuring.evaluation import EvaluationResult, Timing
     from astra_kernels.tools.measuring.worker import EvaluationWorker
 
     class Worker(EvaluationWorker):
-        def __init__(self):  # no process: what the benchmark asks of it is recorded
+        def __init__(self):
             self.device = {"name": "Scripted GPU", "arch": "sm_90", "multiprocessors": 132}
             self.asked: list = []
 
@@ -478,13 +492,19 @@ def test_every_rows_draws_are_made_ahead_in_the_order_the_rows_are_measured():
                             launches_per_replay=1, input_sets=1, method="graph")
             return EvaluationResult(status="ok", timing=timing)
 
-    worker = Worker()
-    shapes = {"rmsnorm": [{"T": 16, "H": 4096}, {"T": 16384, "H": 8192}], "silu_and_mul": [{"T": 4, "D": 14336}]}
-    report = benchmark.bench(worker, shapes, torch_modes=())
-    assert [r.label for r in report.rows] == ["16x4096", "16384x8192", "4x14336"]
-    first = next(i for i, (what, _) in enumerate(worker.asked) if what == "prefetch")
-    rows = [i for i, (what, label) in enumerate(worker.asked) if what == "evaluate" and "baseline" in label]
-    assert len(rows) == 3 and first < rows[0], worker.asked[:4]  # drawn ahead before the first row is timed
-    labels = [label for label, _ in worker.asked[first][1]]
-    assert list(dict.fromkeys(labels)) == ["rmsnorm 16x4096 bf16", "rmsnorm 16384x8192 bf16", "silu_and_mul 4x14336 bf16"]
-    assert len(labels) > 3  # each shape's check draws and its timing's
+    return Worker()
+
+
+def test_each_row_keeps_where_its_wall_time_went_and_the_report_sums_it(tmp_path):
+    """A sweep's benchmark took 7-17 s a shape for topk_softmax and 2.3 for rotary_embedding, not broken
+    down: each row now keeps its parts' wall seconds, and the report and bench.md sum them."""
+    report = benchmark.bench(_scripted_worker(), {"rmsnorm": [{"T": 16, "H": 4096}, {"T": 4, "H": 4096}]},
+                             torch_modes=())
+    for row in report.rows:
+        # no table for this GPU: no tuned part; no peers asked: none of theirs
+        assert set(row.seconds) == {"baseline", "probes"} and all(v >= 0 for v in row.seconds.values())
+    line = report.time_spent()
+    assert line.startswith("wall seconds by part over 2 shapes: baseline ") and "probes" in line
+    assert "Wall seconds by part over 2 shapes" in benchmark.render_markdown(report)
+    older = BenchReport.model_validate_json(report.model_dump_json(exclude={"rows": {"__all__": {"seconds"}}}))
+    assert older.time_spent() == "" and "Wall seconds" not in benchmark.render_markdown(older)

@@ -200,6 +200,8 @@ def _bench_outputs(args, report) -> int:
             print_table(table)
         for line in report.goals():
             console.print(line, highlight=False)
+        if spent := report.time_spent():
+            console.print(spent, highlight=False)
     if out and not args.json:
         console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
     return 0
