@@ -6,6 +6,7 @@
 #   (defaults: silu_and_mul,fused_add_rmsnorm,merge_attn_states; astra; "cold warm")
 # Run from the checkout with the package importable (pip install -e ., or a wheelhouse install on
 # PYTHONPATH: see the README). Each step has its own time limit, and a step's failure is reported.
+# Run again into the same DIR, each regime goes on from its bench.json (astra bench --resume).
 set -u
 out=${1:?usage: scripts/bench_regimes.sh DIR [KERNELS] [SETS] [REGIMES]}
 kernels=${2:-silu_and_mul,fused_add_rmsnorm,merge_attn_states}
@@ -22,6 +23,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.
 [ -f "$out/ceiling.json" ] || step ceiling 180 python3 -P bench/copy_ceiling.py --json "$out/ceiling.json"
 for l2 in $regimes; do
     step "bench-$l2" 560 python3 -P -m astra_kernels.cli bench --kernels "$kernels" --set "$sets" \
-        --torch compile --l2 "$l2" --out "$out/$l2"
+        --torch compile --l2 "$l2" --out "$out/$l2" --resume
 done
 exit $status

@@ -16,7 +16,8 @@ picks are compared on one device. At
 its results store), and running the same command again resumes each from its store. OUT/sweep-L2.json
 says per kernel what ended it and how long it took. `--bench` runs `astra bench --set sweep` the
 same way, each kernel's table tuned here (else the shipped one) beside torch.compile, into
-OUT/bench-L2/KERNEL (OUT/bench-L2.json the summary).
+OUT/bench-L2/KERNEL (OUT/bench-L2.json the summary); run again, each goes on from its bench.json
+(`astra bench --resume`: only the shapes it lacks are measured).
 
 Then, on the machine that keeps the repository, `--install KIND` copies each finished kernel's
 dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
@@ -65,7 +66,7 @@ def bench_command(out: Path, kernel: str, l2: str, gpu: int, budget: int, extra:
     tuned = out / l2 / kernel
     return [sys.executable, "-P", "-m", "astra_kernels.cli", "bench", "--kernels", kernel, "--set", "sweep",
             *(["--tuned", str(tuned)] if (tuned / "dispatch.json").is_file() else []), "--torch", "compile",
-            "--l2", l2, "--gpu", str(gpu), "--out", str(out / f"bench-{l2}" / kernel), *extra]
+            "--l2", l2, "--gpu", str(gpu), "--out", str(out / f"bench-{l2}" / kernel), "--resume", *extra]
 
 
 def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: int, seconds: float,

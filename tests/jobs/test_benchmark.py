@@ -508,3 +508,88 @@ def test_each_row_keeps_where_its_wall_time_went_and_the_report_sums_it(tmp_path
     assert "Wall seconds by part over 2 shapes" in benchmark.render_markdown(report)
     older = BenchReport.model_validate_json(report.model_dump_json(exclude={"rows": {"__all__": {"seconds"}}}))
     assert older.time_spent() == "" and "Wall seconds" not in benchmark.render_markdown(older)
+
+
+def _resume_folder(tmp_path, labels=("1x4096", "2x4096")):
+    out = tmp_path / "sweep"
+    out.mkdir()
+    report = _report([_row("silu_and_mul", label, 2.0, 1.0) for label in labels])
+    report.commands = ["astra bench --kernels silu_and_mul --shapes 1x4096,2x4096,3x4096"]
+    (out / "bench.json").write_text(report.model_dump_json(indent=2))
+    return out, (out / "bench.json").read_text()
+
+
+def test_a_measuring_run_never_writes_over_an_earlier_runs_rows(tmp_path, capsys):
+    """A run into a folder with a bench.json used to start it again from its first row, so a run cut
+    early left fewer rows than were there: now it is refused in one line unless --resume."""
+    out, before = _resume_folder(tmp_path)
+    assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out)]) == 2
+    said = capsys.readouterr()
+    assert "holds an earlier run's rows: --resume measures only the shapes it lacks" in said.err + said.out
+    assert (out / "bench.json").read_text() == before
+    assert cli.main(["bench", "--kernels", "silu_and_mul", "--resume"]) == 2
+    said = capsys.readouterr()
+    assert "--resume needs --out DIR" in said.err + said.out
+    (out / "bench.json").write_text("{not json")
+    assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096", "--out", str(out), "--resume"]) == 2
+    said = capsys.readouterr()
+    assert f"--resume {out / 'bench.json'} is not the bench.json of `astra bench --out`" in said.err + said.out
+
+
+def test_resume_with_nothing_left_renders_the_kept_rows_without_a_gpu(tmp_path, capsys):
+    out, before = _resume_folder(tmp_path)
+    assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096", "--out", str(out),
+                     "--resume"]) == 0
+    said = capsys.readouterr().out
+    assert "--resume: 2 row(s) kept" in said and "0 shape(s) left to measure" in said
+    kept = BenchReport.model_validate_json((out / "bench.json").read_text())
+    assert [r.label for r in kept.rows] == ["1x4096", "2x4096"] and (out / "bench.md").is_file()
+
+
+def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsys, monkeypatch):
+    """What the worker is asked, and what bench.json holds after every row (the checkpoint) and at the
+    end: the earlier rows and the new ones. A folder measured on another GPU is refused."""
+    from astra_kernels.tools.measuring import worker as worker_module
+    from astra_kernels.tools.toolchain import driver
+
+    out, _ = _resume_folder(tmp_path)
+    asked, written = [], []
+
+    class Worker:
+        device = {"name": "NVIDIA H200", "arch": "sm_90", "multiprocessors": 132}
+
+        def __init__(self, **_):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def bench(worker, kernels, checkpoint=None, **_):
+        asked.append({k: [suite.load(k).spec.label(s) for s in v] for k, v in kernels.items()})
+        report = _report([_row("silu_and_mul", "3x4096", 2.0, 1.5)])
+        checkpoint(report)
+        written.append(BenchReport.model_validate_json((out / "bench.json").read_text()))
+        return report
+
+    monkeypatch.setattr(driver, "gpu_available", lambda: True)
+    monkeypatch.setattr(worker_module, "EvaluationWorker", Worker)
+    monkeypatch.setattr(benchmark, "bench", bench)
+    monkeypatch.setattr(benchmark, "bench_tables", lambda names, *a: {n: None for n in names})
+    assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out),
+                     "--resume"]) == 0
+    assert asked == [{"silu_and_mul": ["3x4096"]}]
+    assert [r.label for r in written[0].rows] == ["1x4096", "2x4096", "3x4096"]  # the checkpoint keeps all
+    final = BenchReport.model_validate_json((out / "bench.json").read_text())
+    assert [r.label for r in final.rows] == ["1x4096", "2x4096", "3x4096"]
+    assert "1 shape(s) left to measure" in capsys.readouterr().out
+
+    Worker.device = {"name": "NVIDIA H100 80GB HBM3", "arch": "sm_90", "multiprocessors": 132}
+    before = (out / "bench.json").read_text()
+    assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,4x4096", "--out", str(out),
+                     "--resume"]) == 2
+    said = capsys.readouterr()
+    assert "was measured on NVIDIA H200 with cold L2 in bf16, not on NVIDIA H100" in said.err + said.out
+    assert (out / "bench.json").read_text() == before

@@ -76,3 +76,4 @@ def test_the_bench_of_a_kernel_takes_the_table_tuned_here_when_there_is_one(tmp_
     argv = sweep.bench_command(tmp_path, "rmsnorm", "warm", 2, 6, [])
     assert argv[argv.index("--tuned") + 1] == str(tmp_path / "warm" / "rmsnorm")
     assert argv[argv.index("--out") + 1] == str(tmp_path / "bench-warm" / "rmsnorm") and "--set" in argv
+    assert "--resume" in argv  # run again, a cut benchmark goes on from its bench.json

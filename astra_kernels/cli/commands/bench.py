@@ -34,7 +34,11 @@ def add_parser(sub) -> None:
     bench.add_argument("--pdl", action="store_true",
                        help="also time baseline, tuned kernel and copy launched with programmatic dependent launch "
                             "(sm_90+), as separate columns")
-    bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here")
+    bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here (a folder holding an earlier run's "
+                                     "bench.json is refused unless --resume: its rows are never overwritten)")
+    bench.add_argument("--resume", action="store_true",
+                       help="with --out: keep the rows its bench.json holds (same GPU, L2 regime and dtype) and measure "
+                            "only the shapes it lacks, so a sweep cut by a call's end goes on in the next call")
     bench.add_argument("--from", dest="from_json", nargs="+", metavar="JSON",
                        help="no GPU: render (and merge) the bench.json of earlier runs instead of measuring")
     bench.add_argument("--gpu", type=count, default=0)
@@ -96,20 +100,39 @@ def run(args) -> int:
     modes = () if args.no_torch else tuple(m for m in args.torch.split(",") if m)
     if unknown := [m for m in modes if m not in ("eager", "compile")]:
         raise UsageError(f"--torch takes eager and/or compile, not {', '.join(unknown)}")
+    out = Path(args.out) if args.out else None
+    earlier = _earlier_run(out, args)
+    if earlier is not None:
+        done = {(row.kernel, row.label) for row in earlier.rows}
+        kernels = {name: [s for s in shapes if (name, suite.load(name).spec.label(s)) not in done]
+                   for name, shapes in kernels.items()}
+        kernels = {name: shapes for name, shapes in kernels.items() if shapes}
+        left = sum(map(len, kernels.values()))
+        messages(args).print(f"--resume: {len(earlier.rows)} row(s) kept from {out / 'bench.json'}, {left} shape(s) "
+                             "left to measure", highlight=False)
+        if not kernels:
+            return _bench_outputs(args, earlier)
     if not gpu_available():
         console.print("[yellow]no GPU here:[/yellow] the benchmark times kernels, so it needs an NVIDIA GPU. "
                       "What runs without one: `astra bench --from BENCH.json ...` renders (and merges) the bench.json of "
                       "earlier runs; docs/benchmarks.md holds the latest measured table.", highlight=False)
         return 2
-    out = Path(args.out) if args.out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
 
+    def with_earlier(report):
+        return benchmark.merge([earlier, report]) if earlier is not None and report.rows else earlier or report
+
     def checkpoint(report) -> None:  # bench.json after every row: an interrupted run keeps its rows
         if out:
-            (out / "bench.json").write_text(report.model_dump_json(indent=2))
+            (out / "bench.json").write_text(with_earlier(report).model_dump_json(indent=2))
 
     with EvaluationWorker(device_index=args.gpu, timeout_s=900) as worker:
+        if earlier is not None and (earlier.device, earlier.l2, earlier.dtype) != (worker.device["name"], args.l2,
+                                                                                   args.dtype):
+            raise UsageError(f"--resume: {out / 'bench.json'} was measured on {earlier.device} with {earlier.l2} L2 in "
+                             f"{earlier.dtype}, not on {worker.device['name']} with {args.l2} L2 in {args.dtype}: "
+                             "give another --out")
         tables = benchmark.bench_tables(list(kernels), worker.device["name"], args.l2,
                                         Path(args.tuned) if args.tuned else None)
         missing = [n for n, t in tables.items() if t is None]
@@ -125,10 +148,23 @@ def run(args) -> int:
                                  command="astra bench " + " ".join(args.argv),
                                  input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,
                                  progress=lambda label: say.print(f"[dim]{label}[/dim]", highlight=False))
-    return _bench_outputs(args, report)
+    return _bench_outputs(args, with_earlier(report))
 
 
-def _read_report(path: Path):
+def _earlier_run(out: Path | None, args):
+    """The report in OUT/bench.json that --resume continues; None where there is none to continue.
+    A measuring run never writes over one without --resume: a run cut early would leave fewer rows."""
+    if args.resume and out is None:
+        raise UsageError("--resume needs --out DIR: the folder whose bench.json it continues")
+    if out is None or not (out / "bench.json").is_file():
+        return None
+    if not args.resume:
+        raise UsageError(f"{out / 'bench.json'} holds an earlier run's rows: --resume measures only the shapes it "
+                         "lacks and keeps them; or give another --out")
+    return _read_report(out / "bench.json", flag="--resume")
+
+
+def _read_report(path: Path, flag: str = "--from"):
     """One bench.json, or a UsageError naming the file and what is wrong with it."""
     from pydantic import ValidationError
 
@@ -137,18 +173,18 @@ def _read_report(path: Path):
     try:
         report = benchmark.BenchReport.model_validate_json(path.read_text())
     except OSError as exc:
-        raise UsageError(f"--from {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from None
     except (ValidationError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--from {path} is not the bench.json of `astra bench --out` "
+        raise UsageError(f"{flag} {path} is not the bench.json of `astra bench --out` "
                          f"({str(exc).splitlines()[0]})") from None
-    _check_times(path, report)
+    _check_times(path, report, flag)
     return report
 
 
 LONGEST_US = 1e9  # no kernel call takes a quarter of an hour
 
 
-def _check_times(path: Path, report) -> None:
+def _check_times(path: Path, report, flag: str = "--from") -> None:
     """A file's times are what a kernel can take: positive, finite, under LONGEST_US (spreads and
     bandwidths not negative), else a UsageError naming the row and the field. A hand-edited or
     damaged bench.json once rendered -1e300 us as a 300-digit number and a speedup from it."""
@@ -166,7 +202,7 @@ def _check_times(path: Path, report) -> None:
             else:
                 continue
             if wrong:
-                raise UsageError(f"--from {path}: {where}: {name} {value!r} is not what a kernel measures "
+                raise UsageError(f"{flag} {path}: {where}: {name} {value!r} is not what a kernel measures "
                                  f"(times are positive and at most {LONGEST_US:.0e} us, spreads not negative)")
 
 
