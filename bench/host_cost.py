@@ -61,8 +61,8 @@ def main() -> int:
     chosen = [k.strip() for k in args.kernels.split(",") if k.strip()]
     unknown = [k for k in chosen if k not in KERNELS]
     if unknown or not chosen:
-        raise SystemExit(f"host_cost.py: --kernels {args.kernels!r}: {', '.join(unknown) or 'none'} not among "
-                         + ", ".join(KERNELS))
+        raise SystemExit(f"host_cost.py: --kernels {args.kernels!r}: "
+                         + (f"{', '.join(unknown)} not among " if unknown else "names none of ") + ", ".join(KERNELS))
     device = torch.cuda.get_device_name()
     kind = (tuned_tables.device_key(device) or "H200").lower()
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)

@@ -1,5 +1,6 @@
-"""What the finalists' re-timing decided, read from tune stores: how often it named another winner
-than the search's, by how much, and what it cost.
+"""What the finalists' re-timing decided in tune stores, and what it cost.
+
+How often it named another winner than the search's, by how much, and at what time.
 
     python3 -P bench/retime_effect.py STORE [STORE ...] [--margin 0.02] [--json OUT.json]
 
@@ -32,6 +33,8 @@ from pathlib import Path
 def effect(path: Path) -> dict:
     from astra_kernels.tools.measuring.replay import unpacked_copy
 
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
     store = unpacked_copy(path)
     try:
         db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
@@ -87,12 +90,15 @@ def with_margin(shapes: list[dict], margin: float) -> dict:
     kept = whole = 0.0
     differ = []
     for shape in shapes:
-        finalists = shape["finalists"]
+        finalists = shape["finalists"]  # the recorded ones: the fastest few, in search order
         best = finalists[0]
         again = [statistics.median(f["retimed_us"]) for f in finalists]
         whole += sum(f["retime_wall_s"] for f in finalists)
-        chosen = [0] + [i for i, f in enumerate(finalists[1:], 1)
-                        if contends(best["search_us"], best["search_spread"], f["search_us"], f["search_spread"], margin)]
+        chosen = [0]
+        for i, f in enumerate(finalists[1:], 1):  # as the tuner takes them: the fastest, up to the first that does not contend
+            if not contends(best["search_us"], best["search_spread"], f["search_us"], margin):
+                break
+            chosen.append(i)
         if len(chosen) > 1:
             kept += sum(finalists[i]["retime_wall_s"] for i in chosen)
         pick = min(chosen, key=lambda i: again[i]) if len(chosen) > 1 else 0
@@ -134,10 +140,11 @@ def main() -> int:
     from astra_kernels.tools.errors import AstraError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stores", nargs="+", type=Path)
+    parser.add_argument("stores", nargs="+", type=Path, help="results stores (.sqlite) or shipped recordings (.sqlite.gz)")
     parser.add_argument("--json", type=Path, help="also write each store's shapes as JSON")
     parser.add_argument("--margin", type=float, help="also say what re-timing only the finalists within this "
-                        "fraction of the best (or the spread) would have kept and changed (runner.contends)")
+                        "fraction of the best (or its spread) would have kept and changed (runner.contends; the "
+                        "tuner's: 0.02)")
     args = parser.parse_args()
     if args.margin is not None and not 0 <= args.margin < 1:
         print(f"retime_effect: --margin {args.margin}: a fraction from 0 to 1 (0.02 is 2%)", file=sys.stderr)

@@ -1,5 +1,7 @@
-"""Where issue 42's sweep stands for the shipped tables: at every sweep point, whether a benchmark row
-ran the configuration the shipped table picks there today, and what those rows say.
+"""Where issue 42's sweep stands for the shipped tables, from benchmark reports.
+
+At every sweep point: whether a benchmark row ran the configuration the shipped table picks there
+today, and what those rows say.
 
     python3 -P bench/sweep_status.py BENCH.json [BENCH.json ...] [--json OUT.json]
 
@@ -37,6 +39,7 @@ def status(paths: list[Path]) -> list[dict]:
     from astra_kernels import suite
     from astra_kernels.jobs.benchmark import SWEEP_MARGIN, BenchReport, shipped_table
     from astra_kernels.suite import tuned_tables
+    from astra_kernels.tools.errors import AstraError
 
     reports = []
     for path in paths:
@@ -48,10 +51,16 @@ def status(paths: list[Path]) -> list[dict]:
     for report in sorted(reports, key=lambda r: r.date, reverse=True):
         for row in report.rows:
             measured.setdefault((report.device, report.l2, row.kernel, row.label, row.dtype), []).append((row, report))
+    for rows in measured.values():  # a resumed report's rows span calls: each row's own time where it has one
+        rows.sort(key=lambda found: found[0].measured or found[1].date, reverse=True)
     widths = []
     for device, l2 in dict.fromkeys((r.device, r.l2) for r in reports):
         kind = tuned_tables.device_key(device)
-        for kernel in tuned_tables.shipped_kernels(kind.lower(), l2) if kind else []:
+        shipped = tuned_tables.shipped_kernels(kind.lower(), l2) if kind else []
+        if not shipped:
+            print(f"sweep_status: no table is shipped for {device} tuned with {l2} L2: its rows are not read",
+                  file=sys.stderr)
+        for kernel in shipped:
             table = shipped_table(kernel, device, l2)
             spec = suite.load(kernel).spec
             groups: dict[str, list[dict]] = {}
@@ -59,9 +68,12 @@ def status(paths: list[Path]) -> list[dict]:
                 width = "x".join(str(shape[s]) for s in spec.symbols[1:])
                 rows = measured.get((device, l2, kernel, spec.label(shape), table.dtype), [])
                 point = {"tokens": shape[spec.symbols[0]], "state": "stale" if rows else "missing"}
-                pick = table.pick(shape, suite.DEFAULT_SMS, rows[0][1].arch) if rows else None
-                row = next((row for row, _ in rows if pick.source in ("template", "baseline")
-                            and row.tuned_config == pick.config), None)  # the newest of today's pick
+                try:
+                    pick = table.pick(shape, suite.DEFAULT_SMS, rows[0][1].arch) if rows else None
+                except AstraError:  # the table runs nothing there now
+                    pick = None
+                row = next((row for row, _ in rows if pick is not None and pick.source in ("template", "baseline")
+                            and row.tuned_status == "ok" and row.tuned_config == pick.config), None)  # today's pick, newest
                 if row is not None:
                     point["state"] = "current"
                     if row.speedup_over_best_peer is not None:
@@ -98,6 +110,9 @@ def main() -> int:
         widths = status(args.reports)
     except (AstraError, OSError, ValueError) as exc:  # a missing or foreign file: one line
         print(f"sweep_status: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+    if not widths:
+        print("sweep_status: none of these reports is of a GPU kind and L2 regime with shipped tables", file=sys.stderr)
         return 2
     print("| GPU, L2 | kernel | width | points | rows of today's picks | another pick | no row | behind | "
           "geomean over the fastest peer | worst |\n|---|---|---|---|---|---|---|---|---|---|")

@@ -16,7 +16,7 @@ picks are compared on one device. At
 its results store), and running the same command again resumes each from its store. OUT/sweep-L2.json
 says per kernel what ended it and how long it took. `--bench` runs `astra bench --set sweep` the
 same way, each kernel's table tuned here (else the shipped one) beside torch.compile, into
-OUT/bench-L2/KERNEL (OUT/bench-L2.json the summary); run again, each goes on from its bench.json
+OUT/bench-L2/KERNEL (OUT/sweep-bench-L2.json the summary); run again, each goes on from its bench.json
 (`astra bench --resume`: only the shapes it lacks are measured).
 
 Then, on the machine that keeps the repository, `--install KIND` copies each finished kernel's
@@ -119,7 +119,7 @@ def tune_all(out: Path, kernels: list[str], l2: str, gpus: list[int], budget: in
         thread.join()
     result = {"l2": l2, "budget": budget, "gpus": gpus, "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "kernels": {k: summary[k] for k in kernels if k in summary}}
-    name = f"{'bench' if command is bench_command else 'sweep'}-{l2}.json"
+    name = f"{'sweep-bench' if command is bench_command else 'sweep'}-{l2}.json"  # not bench-*.json: no report
     # Kept beside what earlier runs (other kernels, other GPUs of the host, an earlier call) wrote
     # there, a kernel they finished staying finished; written whole or not at all (os.replace), as
     # two scripts on one host may both be writing it (each writes once, after its queue is done).

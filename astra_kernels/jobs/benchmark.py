@@ -18,6 +18,7 @@ shapes, and decode shapes against the launch floor.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -135,6 +136,7 @@ class BenchRow(BaseModel):
     tuned_pdl_us: float | None = None
     copy_pdl_us: float | None = None
     pdl_status: str = ""
+    measured: str = ""  # when this row was measured (ISO, UTC); a resumed report's rows span calls
     # Wall seconds of this row's parts ("baseline", "probes", "tuned", "sglang_jit", "pdl", "torch_eager",
     # "torch_compile", and of that "torch_compile_build", the compile): where a benchmark's time goes.
     seconds: dict[str, float] = Field(default_factory=dict)
@@ -211,6 +213,8 @@ class BenchReport(BaseModel):
     sglang_jit: dict[str, str] = Field(default_factory=dict)  # kernel -> "SGLang 0.5.23, <file>" timed as its column
     table_l2: dict[str, str] = Field(default_factory=dict)  # kernel -> the L2 regime its tuned column's table was tuned in
     commands: list[str] = Field(default_factory=list)  # what measured these rows
+    # How the rows were measured (run_settings): a resumed run must measure as the kept rows were
+    settings: dict[str, str] = Field(default_factory=dict)
     rows: list[BenchRow] = Field(default_factory=list)
 
     def goals(self) -> list[str]:
@@ -351,6 +355,7 @@ def merge(reports: list[BenchReport]) -> BenchReport:
                 raise suite.AstraError(f"benchmark reports whose {kernel} tables were tuned in different L2 regimes "
                                        "cannot be merged (show them side by side instead)")
     order = list(dict.fromkeys(_row_key(row) for r in reports for row in r.rows))
+    settings = {json.dumps(r.settings, sort_keys=True) for r in reports if r.settings}
     floors = [r.launch_floor_us for r in reports if r.launch_floor_us]
     pdl_floors = [r.launch_floor_pdl_us for r in reports if r.launch_floor_pdl_us]
     bandwidths = [r.copy_bandwidth_gbs for r in reports if r.copy_bandwidth_gbs]
@@ -364,6 +369,8 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         "sglang_jit": {k: v for r in reports for k, v in r.sglang_jit.items()},
         "table_l2": table_l2,
         "commands": [c for r in reports for c in r.commands],
+        # one set of choices where all the runs said theirs and agreed; else none is claimed
+        "settings": json.loads(settings.pop()) if len(settings) == 1 and all(r.settings for r in reports) else {},
     })
 
 
@@ -375,6 +382,12 @@ def _time_of(result: EvaluationResult) -> tuple[float | None, float | None, str]
     if result.status == "ok" and result.timing:
         return result.timing.median_us, result.timing.spread, "ok"
     return None, None, f"{result.status}: {result.message[:300]}"
+
+
+def run_settings(torch_modes: tuple[str, ...], input_layout: str, pdl: bool) -> dict[str, str]:
+    """The choices that change what a row holds or how it was timed, beside GPU, regime and dtype:
+    `astra bench --resume` refuses to add rows measured otherwise to a report's."""
+    return {"torch": ",".join(torch_modes) or "none", "layout": input_layout, "pdl": "on" if pdl else "off"}
 
 
 def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf16",
@@ -392,7 +405,8 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
     """
     device = worker.device
     report = BenchReport(device=device["name"], arch=device["arch"], dtype=dtype, l2=l2,
-                         commands=[command] if command else [], date=datetime.now(UTC).isoformat(timespec="seconds"))
+                         commands=[command] if command else [], date=datetime.now(UTC).isoformat(timespec="seconds"),
+                         settings=run_settings(torch_modes, input_layout, pdl))
     sms = device.get("multiprocessors") or suite.DEFAULT_SMS
     floor = worker.evaluate(empty_request(stream_timing=False))
     report.launch_floor_us = floor.timing.median_us if floor.status == "ok" and floor.timing else None
@@ -428,7 +442,8 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
             if progress:
                 progress(f"{name} {label}")
             row = BenchRow(kernel=name, label=label, shape=shape, dtype=kernel_dtype, variant="default",
-                           bytes_moved=suite.problem(folder, shape, kernel_dtype).bytes_moved)
+                           bytes_moved=suite.problem(folder, shape, kernel_dtype).bytes_moved,
+                           measured=datetime.now(UTC).isoformat(timespec="seconds"))
             row.sglang_us = next((a.sglang_us for a in folder.spec.anchors
                                   if a.device == key and a.shape == shape and a.dtype == kernel_dtype), None)
             clock = _PartClock(row.seconds)

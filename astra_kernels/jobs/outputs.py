@@ -103,6 +103,20 @@ def publish(files: list[Path], folder: str | Path) -> list[Path]:
     return moved
 
 
+def write_whole(path: str | Path, text: str) -> Path:
+    """`text` into `path`, replacing it in one step (a temporary file beside it, then os.replace): a
+    run stopped mid-write (a time limit's SIGTERM, Ctrl-C) leaves the file as it was, never empty
+    or torn; `astra bench --resume` keeps every earlier call's rows in that one file."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
 def holds_any(folder: str | Path, names: list[str]) -> bool:
     """Whether `folder` holds a file of one of these names (an earlier run's result)."""
     return any((Path(folder) / name).exists() for name in names)

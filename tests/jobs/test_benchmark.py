@@ -546,20 +546,17 @@ def test_resume_with_nothing_left_renders_the_kept_rows_without_a_gpu(tmp_path, 
     assert [r.label for r in kept.rows] == ["1x4096", "2x4096"] and (out / "bench.md").is_file()
 
 
-def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsys, monkeypatch):
-    """What the worker is asked, and what bench.json holds after every row (the checkpoint) and at the
-    end: the earlier rows and the new ones. A folder measured on another GPU is refused."""
+def _scripted_cli(monkeypatch, out, tables=None, device="NVIDIA H200"):
+    """`astra bench` as the CLI runs it, on a scripted worker and benchmark: what it asks for is in
+    `asked`, bench.json as each checkpoint left it in `written`."""
     from astra_kernels.tools.measuring import worker as worker_module
     from astra_kernels.tools.toolchain import driver
 
-    out, _ = _resume_folder(tmp_path)
     asked, written = [], []
 
     class Worker:
-        device = {"name": "NVIDIA H200", "arch": "sm_90", "multiprocessors": 132}
-
         def __init__(self, **_):
-            pass
+            self.device = {"name": device, "arch": "sm_90", "multiprocessors": 132}
 
         def __enter__(self):
             return self
@@ -567,9 +564,11 @@ def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsy
         def __exit__(self, *exc):
             return False
 
-    def bench(worker, kernels, checkpoint=None, **_):
+    def bench(worker, kernels, checkpoint=None, torch_modes=("eager", "compile"), input_layout="arena", pdl=False,
+              **_):
         asked.append({k: [suite.load(k).spec.label(s) for s in v] for k, v in kernels.items()})
         report = _report([_row("silu_and_mul", "3x4096", 2.0, 1.5)])
+        report.settings = benchmark.run_settings(torch_modes, input_layout, pdl)
         checkpoint(report)
         written.append(BenchReport.model_validate_json((out / "bench.json").read_text()))
         return report
@@ -577,7 +576,15 @@ def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsy
     monkeypatch.setattr(driver, "gpu_available", lambda: True)
     monkeypatch.setattr(worker_module, "EvaluationWorker", Worker)
     monkeypatch.setattr(benchmark, "bench", bench)
-    monkeypatch.setattr(benchmark, "bench_tables", lambda names, *a: {n: None for n in names})
+    monkeypatch.setattr(benchmark, "bench_tables", lambda names, *a: {n: (tables or {}).get(n) for n in names})
+    return asked, written
+
+
+def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsys, monkeypatch):
+    """What the worker is asked, and what bench.json holds after every row (the checkpoint) and at the
+    end: the earlier rows and the new ones. A folder measured on another GPU is refused."""
+    out, _ = _resume_folder(tmp_path)
+    asked, written = _scripted_cli(monkeypatch, out)
     assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out),
                      "--resume"]) == 0
     assert asked == [{"silu_and_mul": ["3x4096"]}]
@@ -585,11 +592,78 @@ def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsy
     final = BenchReport.model_validate_json((out / "bench.json").read_text())
     assert [r.label for r in final.rows] == ["1x4096", "2x4096", "3x4096"]
     assert "1 shape(s) left to measure" in capsys.readouterr().out
+    assert not list(out.glob(".*.tmp")) and not (out / ".astra.lock").exists()
 
-    Worker.device = {"name": "NVIDIA H100 80GB HBM3", "arch": "sm_90", "multiprocessors": 132}
+    _scripted_cli(monkeypatch, out, device="NVIDIA H100 80GB HBM3")
     before = (out / "bench.json").read_text()
     assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,4x4096", "--out", str(out),
                      "--resume"]) == 2
     said = capsys.readouterr()
     assert "was measured on NVIDIA H200 with cold L2 in bf16, not on NVIDIA H100" in said.err + said.out
     assert (out / "bench.json").read_text() == before
+
+
+def test_resume_refuses_rows_measured_otherwise_or_of_another_pick_and_remeasures_failed_ones(tmp_path, capsys,
+                                                                                               monkeypatch):
+    """The kept rows and the new ones must be one benchmark: the same --torch, --layout and --pdl, and
+    the configurations this run's table picks at the kept shapes (a table re-tuned between two calls
+    would mix two tables' rows in one summary). A kept row whose baseline or tuned kernel failed is
+    measured again."""
+    from astra_kernels.jobs.benchmark import shipped_table
+
+    out, _ = _resume_folder(tmp_path)
+    earlier = BenchReport.model_validate_json((out / "bench.json").read_text())
+    earlier.settings = benchmark.run_settings(("compile",), "arena", False)
+    (out / "bench.json").write_text(earlier.model_dump_json())
+    asked, _ = _scripted_cli(monkeypatch, out)
+    argv = ["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out), "--resume"]
+    assert cli.main(argv) == 2  # --torch eager,compile by default
+    said = capsys.readouterr()
+    assert "was measured with torch compile, layout arena, pdl off; this run asks for torch eager,compile" in said.out + said.err
+    assert asked == []
+
+    table = shipped_table("silu_and_mul", "NVIDIA H200")
+    asked, _ = _scripted_cli(monkeypatch, out, tables={"silu_and_mul": table})
+    assert cli.main([*argv, "--torch", "compile"]) == 2  # the kept rows ran {} (the baseline), the table picks a template
+    said = capsys.readouterr()
+    assert "2 of the kept silu_and_mul rows (1x4096, 2x4096) ran another configuration than this run's table" in said.out + said.err
+    assert asked == []
+
+    for row in earlier.rows:
+        row.tuned_config = table.pick(row.shape, 132, "sm_90").config
+    earlier.rows[1].tuned_status = "failed: an illegal address"
+    (out / "bench.json").write_text(earlier.model_dump_json())
+    assert cli.main([*argv, "--torch", "compile"]) == 0
+    assert asked == [{"silu_and_mul": ["2x4096", "3x4096"]}]  # the failed row again, and the missing one
+
+
+def test_from_refuses_to_write_over_a_bench_json_it_does_not_render(tmp_path, capsys):
+    out, before = _resume_folder(tmp_path)
+    other = tmp_path / "other.json"
+    other.write_text(_report([_row("rmsnorm", "16x4096", 3.0, 2.0)]).model_dump_json())
+    assert cli.main(["bench", "--from", str(other), "--out", str(out)]) == 2
+    said = capsys.readouterr()
+    assert "holds rows that are not among the --from files" in said.out + said.err
+    assert (out / "bench.json").read_text() == before
+    assert cli.main(["bench", "--from", str(other), str(out / "bench.json"), "--out", str(out)]) == 0  # merged into it
+    merged = BenchReport.model_validate_json((out / "bench.json").read_text())
+    assert {r.kernel for r in merged.rows} == {"silu_and_mul", "rmsnorm"}
+    assert cli.main(["bench", "--from", str(other), "--out", str(tmp_path / "new"), "--resume"]) == 2
+
+
+def test_a_file_written_whole_is_left_as_it_was_by_a_stop_mid_write(tmp_path, monkeypatch):
+    from astra_kernels.jobs import outputs
+
+    target = tmp_path / "bench.json"
+    target.write_text("the earlier calls' rows")
+
+    def stopped(*_):
+        raise KeyboardInterrupt  # a time limit's signal, between the write and the rename
+
+    monkeypatch.setattr(outputs.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.write_whole(target, "half")
+    assert target.read_text() == "the earlier calls' rows" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
+    monkeypatch.undo()
+    outputs.write_whole(target, "all rows")
+    assert target.read_text() == "all rows"

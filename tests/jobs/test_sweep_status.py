@@ -66,3 +66,17 @@ def test_the_shipped_benchmark_files_read_and_a_foreign_file_is_one_line(tmp_pat
     refused = run(str(bogus))
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "is not the bench.json of `astra bench --out`" in refused.stderr
+
+
+def test_a_row_whose_tuned_kernel_failed_is_no_measurement_and_a_kind_without_tables_says_so(tmp_path):
+    table = shipped_table("topk_softmax", "NVIDIA H200")
+    config = table.pick({"T": 1, "E": 8, "K": 8}, suite.DEFAULT_SMS, "sm_90").config
+    failed = _row("1x8x8", config, 1.0, 1.5).model_copy(update={"tuned_status": "failed: an illegal address"})
+    (tmp_path / "h200.json").write_text(_report("2026-11-29T01:00:00+00:00", [failed]).model_dump_json())
+    result = run(str(tmp_path / "h200.json"), "--json", str(tmp_path / "status.json"))
+    eight = next(w for w in json.loads((tmp_path / "status.json").read_text()) if w["width"] == "8x8")
+    assert result.returncode == 0 and eight["current"] == 0 and eight["stale"] == [1]
+    other = _report("2026-11-29T01:00:00+00:00", [failed]).model_copy(update={"device": "NVIDIA A100-SXM4-80GB"})
+    (tmp_path / "a100.json").write_text(other.model_dump_json())
+    refused = run(str(tmp_path / "a100.json"))
+    assert refused.returncode == 2 and "no table is shipped for NVIDIA A100-SXM4-80GB tuned with cold L2" in refused.stderr

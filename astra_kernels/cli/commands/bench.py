@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from rich.table import Table
 
 from astra_kernels.cli.arguments import count
 from astra_kernels.cli.output import console, messages, print_table
+from astra_kernels.jobs import outputs
 from astra_kernels.tools.measuring.regimes import L2_REGIMES
-from astra_kernels.tools.errors import UsageError
+from astra_kernels.tools.errors import AstraError, UsageError
 
 
 def add_parser(sub) -> None:
@@ -34,11 +36,14 @@ def add_parser(sub) -> None:
     bench.add_argument("--pdl", action="store_true",
                        help="also time baseline, tuned kernel and copy launched with programmatic dependent launch "
                             "(sm_90+), as separate columns")
-    bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here (a folder holding an earlier run's "
-                                     "bench.json is refused unless --resume: its rows are never overwritten)")
+    bench.add_argument("--out", help="write bench.json, bench.md and bench.svg here; a folder whose bench.json was not "
+                                     "made by this command is refused (a measuring run: unless --resume; --from: unless "
+                                     "that bench.json is one of the files it renders)")
     bench.add_argument("--resume", action="store_true",
-                       help="with --out: keep the rows its bench.json holds (same GPU, L2 regime and dtype) and measure "
-                            "only the shapes it lacks, so a sweep cut by a call's end goes on in the next call")
+                       help="with --out: keep the rows its bench.json holds and measure only the shapes it lacks (or "
+                            "whose baseline or tuned kernel failed), so a sweep cut by a call's end goes on in the next "
+                            "call; refused where the kept rows were measured otherwise (GPU, L2 regime, dtype, --torch, "
+                            "--layout, --pdl) or ran configurations this run's tables no longer pick")
     bench.add_argument("--from", dest="from_json", nargs="+", metavar="JSON",
                        help="no GPU: render (and merge) the bench.json of earlier runs instead of measuring")
     bench.add_argument("--gpu", type=count, default=0)
@@ -79,6 +84,12 @@ def run(args) -> int:
     from astra_kernels.tools.toolchain.driver import gpu_available
 
     if args.from_json:
+        if args.resume:
+            raise UsageError("--resume continues a measuring run; --from renders files: give one of them")
+        if args.out and (Path(args.out) / "bench.json").is_file() and not any(
+                Path(p).resolve() == (Path(args.out) / "bench.json").resolve() for p in args.from_json):
+            raise UsageError(f"{Path(args.out) / 'bench.json'} holds rows that are not among the --from files: "
+                             "give another --out, or name it in --from to merge it")
         reports = [_read_report(Path(p)) for p in args.from_json]
         if twice := benchmark.measured_twice(reports):
             console.print(f"[yellow]note:[/yellow] {len(twice)} shape(s) measured in more than one file; each is "
@@ -103,7 +114,12 @@ def run(args) -> int:
     out = Path(args.out) if args.out else None
     earlier = _earlier_run(out, args)
     if earlier is not None:
-        done = {(row.kernel, row.label) for row in earlier.rows}
+        settings = benchmark.run_settings(modes, args.layout, args.pdl)
+        if earlier.settings and earlier.settings != settings:
+            raise UsageError(f"--resume: {out / 'bench.json'} was measured with " + ", ".join(
+                f"{k} {v}" for k, v in earlier.settings.items()) + "; this run asks for " + ", ".join(
+                f"{k} {v}" for k, v in settings.items()) + ": give the same options, or another --out")
+        done = {(row.kernel, row.label) for row in earlier.rows if _finished(row)}
         kernels = {name: [s for s in shapes if (name, suite.load(name).spec.label(s)) not in done]
                    for name, shapes in kernels.items()}
         kernels = {name: shapes for name, shapes in kernels.items() if shapes}
@@ -117,17 +133,18 @@ def run(args) -> int:
                       "What runs without one: `astra bench --from BENCH.json ...` renders (and merges) the bench.json of "
                       "earlier runs; docs/benchmarks.md holds the latest measured table.", highlight=False)
         return 2
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
 
     def with_earlier(report):
         return benchmark.merge([earlier, report]) if earlier is not None and report.rows else earlier or report
 
-    def checkpoint(report) -> None:  # bench.json after every row: an interrupted run keeps its rows
+    def checkpoint(report) -> None:  # bench.json after every row, whole: an interrupted run keeps its rows
         if out:
-            (out / "bench.json").write_text(with_earlier(report).model_dump_json(indent=2))
+            outputs.write_whole(out / "bench.json", with_earlier(report).model_dump_json(indent=2))
 
-    with EvaluationWorker(device_index=args.gpu, timeout_s=900) as worker:
+    with contextlib.ExitStack() as stack:
+        if out:  # one run at a time writes the folder (a second is refused in one line)
+            stack.enter_context(outputs.held(out, "benchmark"))
+        worker = stack.enter_context(EvaluationWorker(device_index=args.gpu, timeout_s=900))
         if earlier is not None and (earlier.device, earlier.l2, earlier.dtype) != (worker.device["name"], args.l2,
                                                                                    args.dtype):
             raise UsageError(f"--resume: {out / 'bench.json'} was measured on {earlier.device} with {earlier.l2} L2 in "
@@ -135,6 +152,8 @@ def run(args) -> int:
                              "give another --out")
         tables = benchmark.bench_tables(list(kernels), worker.device["name"], args.l2,
                                         Path(args.tuned) if args.tuned else None)
+        if earlier is not None:
+            _check_kept_picks(earlier, tables, worker.device, out)
         missing = [n for n, t in tables.items() if t is None]
         say = messages(args)
         if missing:
@@ -149,6 +168,39 @@ def run(args) -> int:
                                  input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,
                                  progress=lambda label: say.print(f"[dim]{label}[/dim]", highlight=False))
     return _bench_outputs(args, with_earlier(report))
+
+
+def _finished(row) -> bool:
+    """A kept row that --resume does not measure again: its baseline timed, and its tuned kernel timed,
+    excluded at the shape, or not asked for (no table). A failed peer stays as it failed."""
+    return row.baseline_status == "ok" and (row.tuned_status in ("ok", "") or row.tuned_status.startswith("excluded"))
+
+
+def _check_kept_picks(earlier, tables: dict, device: dict, out: Path) -> None:
+    """--resume adds rows to a report only where its kept rows ran what this run's tables pick: a
+    table re-tuned between two calls (or another --tuned) would mix two tables' rows in one summary."""
+    from astra_kernels import suite
+
+    sms = device.get("multiprocessors") or suite.DEFAULT_SMS
+
+    def picked(table, shape) -> dict | None:
+        try:
+            return table.pick(shape, sms, device["arch"]).config
+        except AstraError:  # excluded at the shape now
+            return None
+
+    for kernel, table in tables.items():
+        if table is None:
+            continue
+        if earlier.table_l2.get(kernel, table.l2) != table.l2:
+            raise UsageError(f"--resume: the kept {kernel} rows ran a table tuned with {earlier.table_l2[kernel]} L2; "
+                             f"this run's is tuned with {table.l2} L2: give another --out")
+        rows = [r for r in earlier.rows if r.kernel == kernel and r.tuned_status == "ok"]
+        other = [r.label for r in rows if r.tuned_config != picked(table, r.shape)]
+        if other:
+            raise UsageError(f"--resume: {len(other)} of the kept {kernel} rows ({', '.join(other[:3])}"
+                             f"{', ...' if len(other) > 3 else ''}) ran another configuration than this run's table "
+                             "picks there (re-tuned since, or another --tuned): give another --out")
 
 
 def _earlier_run(out: Path | None, args):
@@ -212,11 +264,11 @@ def _bench_outputs(args, report) -> int:
     out = Path(args.out) if args.out else None
     if out:  # written before anything is printed: `astra bench ... --out D | head -2` closes the pipe early
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(report.model_dump_json(indent=2))
-        (out / "bench.md").write_text(benchmark.render_markdown(report))
-        (out / "bench.svg").write_text(benchmark.chart(report))
+        outputs.write_whole(out / "bench.json", report.model_dump_json(indent=2))
+        outputs.write_whole(out / "bench.md", benchmark.render_markdown(report))
+        outputs.write_whole(out / "bench.svg", benchmark.chart(report))
         for name, svg in benchmark.sweep_charts(report).items():  # `--set sweep`: one per kernel and width
-            (out / name).write_text(svg)
+            outputs.write_whole(out / name, svg)
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
@@ -237,7 +289,7 @@ def _bench_outputs(args, report) -> int:
         for line in report.goals():
             console.print(line, highlight=False)
         if spent := report.time_spent():
-            console.print(spent, highlight=False)
+            console.print(spent + " (a peer's build is part of its seconds)", highlight=False)
     if out and not args.json:
         console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
     return 0

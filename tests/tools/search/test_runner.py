@@ -192,11 +192,20 @@ def test_only_the_configurations_within_the_margin_of_the_best_are_re_timed(tmp_
         outcome, _ = _retime_search(alone, store)
     assert not [r for r in alone.requests if r.retime] and outcome.finalists == []
     assert outcome.best_config["THREADS"] == 64 and outcome.best_us == 1.0
-    assert "not re-timed: the next configuration's search time is 3.0% above the best's" in outcome.retime_note
+    assert ("not re-timed: the next configuration's search time is 3.00% above the best's, beyond the 2.00% it "
+            "would have to lie within") in outcome.retime_note
 
 
-def test_a_spread_wider_than_the_margin_widens_it(tmp_path):
-    """Noisy timings (a spread of 6%) let a configuration 5% off the best contend."""
+def test_a_spread_wider_than_the_margin_widens_it_up_to_its_cap(tmp_path):
+    """Noisy timings (a spread of 6%) let a configuration 5% off the best contend; a spread of 50% (an
+    outlying sample) widens it only to RETIME_SPREAD_CAP, and the finalists are the fastest below it."""
+    from astra_kernels.tools.search.runner import RETIME_SPREAD_CAP
+
+    assert RETIME_SPREAD_CAP == 0.10
+    capped = _LuckyWorker({64: 1.1, 128: 1.09}, searched={64: 1.0, 128: 1.08, 256: 1.2, 512: 3.0}, spread=0.5)
+    with ResultsStore(tmp_path / "capped.sqlite") as store:
+        outcome, _ = _retime_search(capped, store)
+    assert [f.config["THREADS"] for f in outcome.finalists] == [64, 128]  # 256, 20% off, is beyond 10%
     worker = _LuckyWorker({64: 1.08, 128: 1.06, 256: 1.051}, searched={64: 1.0, 128: 1.03, 256: 1.05, 512: 3.0},
                           spread=0.06)
     with ResultsStore(tmp_path / "r.sqlite") as store:
