@@ -3,7 +3,9 @@
 #   bash scripts/gpu_check.sh DIR [pytest -k expression]
 # Run from the checkout with the package importable (pip install -e ., or a wheelhouse install
 # on PYTHONPATH: see the README). Each step has its own time limit, so one slow step cannot
-# starve the rest; a step's failure is reported and the next one still runs.
+# starve the rest; a step's failure is reported and the next one still runs. Give a new DIR each
+# time: the benchmark refuses a folder holding an earlier run's bench.json (astra bench --resume
+# would keep its rows rather than check again).
 set -u
 out=${1:?usage: scripts/gpu_check.sh DIR [pytest -k expression]}
 select=${2:-}
