@@ -19,7 +19,8 @@ run measured after its "after" one leaves the after rows standing).
 
 Every kernel with a shipped table for the reports' GPU kind and regime is listed, per width: the
 sweep's points, those with a row of today's pick, those with rows of another pick only (stale),
-those with no row, and among the current rows how many are behind the fastest peer by more than the
+those where today's pick did not time (its row failed, or today's table excludes the shape), those
+with no row, and among the current rows how many are behind the fastest peer by more than the
 larger of 2% and the spread (jobs/benchmark.SWEEP_MARGIN), their geometric mean over it and the
 worst. No GPU needed.
 """
@@ -72,8 +73,13 @@ def status(paths: list[Path]) -> list[dict]:
                     pick = table.pick(shape, suite.DEFAULT_SMS, rows[0][1].arch) if rows else None
                 except AstraError:  # the table runs nothing there now
                     pick = None
-                row = next((row for row, _ in rows if pick is not None and pick.source in ("template", "baseline")
-                            and row.tuned_status == "ok" and row.tuned_config == pick.config), None)  # today's pick, newest
+                ours = [row for row, _ in rows if pick is not None and pick.source in ("template", "baseline")
+                        and row.tuned_config == pick.config]  # rows of today's pick, newest first
+                row = next((r for r in ours if r.tuned_status == "ok"), None)
+                if rows and pick is None:  # today's table runs nothing here: no tuned time to have
+                    point["state"] = "excluded"
+                elif ours and row is None:  # today's pick, but it did not time (a failure is a finding too)
+                    point["state"] = "failed"
                 if row is not None:
                     point["state"] = "current"
                     if row.speedup_over_best_peer is not None:
@@ -87,6 +93,7 @@ def status(paths: list[Path]) -> list[dict]:
                     "device": device, "l2": l2, "kernel": kernel, "width": width, "points": len(points),
                     "current": sum(p["state"] == "current" for p in points),
                     "stale": [p["tokens"] for p in points if p["state"] == "stale"],
+                    "not_timed": [p["tokens"] for p in points if p["state"] in ("failed", "excluded")],
                     "missing": [p["tokens"] for p in points if p["state"] == "missing"],
                     "behind": [p["tokens"] for p in timed if p["behind"]],
                     "geomean_over_peer": math.exp(sum(math.log(p["over_peer"]) for p in timed) / len(timed)) if timed else None,
@@ -114,13 +121,14 @@ def main() -> int:
     if not widths:
         print("sweep_status: none of these reports is of a GPU kind and L2 regime with shipped tables", file=sys.stderr)
         return 2
-    print("| GPU, L2 | kernel | width | points | rows of today's picks | another pick | no row | behind | "
-          "geomean over the fastest peer | worst |\n|---|---|---|---|---|---|---|---|---|---|")
+    print("| GPU, L2 | kernel | width | points | rows of today's picks | another pick | today's pick, not timed | "
+          "no row | behind | geomean over the fastest peer | worst |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for w in widths:
         worst = f"{w['worst']['tokens']} tokens {w['worst']['over_peer']:.3f}x ({w['worst']['peer']})" if w["worst"] else "—"
         mean = f"{w['geomean_over_peer']:.3f}x" if w["geomean_over_peer"] else "—"
         print(f"| {w['device']}, {w['l2']} | {w['kernel']} | {w['width']} | {w['points']} | {w['current']} | "
-              f"{counts(w['stale'])} | {counts(w['missing'])} | {counts(w['behind'])} | {mean} | {worst} |")
+              f"{counts(w['stale'])} | {counts(w['not_timed'])} | {counts(w['missing'])} | {counts(w['behind'])} | "
+              f"{mean} | {worst} |")
     if args.json:
         args.json.write_text(json.dumps(widths, indent=1))
     return 0

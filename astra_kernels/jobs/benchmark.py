@@ -387,7 +387,7 @@ def _time_of(result: EvaluationResult) -> tuple[float | None, float | None, str]
 def run_settings(torch_modes: tuple[str, ...], input_layout: str, pdl: bool) -> dict[str, str]:
     """The choices that change what a row holds or how it was timed, beside GPU, regime and dtype:
     `astra bench --resume` refuses to add rows measured otherwise to a report's."""
-    return {"torch": ",".join(torch_modes) or "none", "layout": input_layout, "pdl": "on" if pdl else "off"}
+    return {"torch": ",".join(sorted(set(torch_modes))) or "none", "layout": input_layout, "pdl": "on" if pdl else "off"}
 
 
 def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf16",

@@ -510,10 +510,12 @@ def test_each_row_keeps_where_its_wall_time_went_and_the_report_sums_it(tmp_path
     assert older.time_spent() == "" and "Wall seconds" not in benchmark.render_markdown(older)
 
 
-def _resume_folder(tmp_path, labels=("1x4096", "2x4096")):
+def _resume_folder(tmp_path, labels=("1x4096", "2x4096"), tuned=True):
+    """A folder holding an earlier run's bench.json of silu_and_mul at `labels`: each row with a tuned
+    column (configuration {}, as `_row` makes it) or, not `tuned`, measured where no table was."""
     out = tmp_path / "sweep"
     out.mkdir()
-    report = _report([_row("silu_and_mul", label, 2.0, 1.0) for label in labels])
+    report = _report([_row("silu_and_mul", label, 2.0, 1.0 if tuned else None) for label in labels])
     report.commands = ["astra bench --kernels silu_and_mul --shapes 1x4096,2x4096,3x4096"]
     (out / "bench.json").write_text(report.model_dump_json(indent=2))
     return out, (out / "bench.json").read_text()
@@ -541,7 +543,7 @@ def test_resume_with_nothing_left_renders_the_kept_rows_without_a_gpu(tmp_path, 
     assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096", "--out", str(out),
                      "--resume"]) == 0
     said = capsys.readouterr().out
-    assert "--resume: 2 row(s) kept" in said and "0 shape(s) left to measure" in said
+    assert "--resume: 2 row(s) of" in said and "kept as measured, 0 shape(s) to measure" in said
     kept = BenchReport.model_validate_json((out / "bench.json").read_text())
     assert [r.label for r in kept.rows] == ["1x4096", "2x4096"] and (out / "bench.md").is_file()
 
@@ -583,7 +585,7 @@ def _scripted_cli(monkeypatch, out, tables=None, device="NVIDIA H200"):
 def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsys, monkeypatch):
     """What the worker is asked, and what bench.json holds after every row (the checkpoint) and at the
     end: the earlier rows and the new ones. A folder measured on another GPU is refused."""
-    out, _ = _resume_folder(tmp_path)
+    out, _ = _resume_folder(tmp_path, tuned=False)  # as this run, which has no table
     asked, written = _scripted_cli(monkeypatch, out)
     assert cli.main(["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out),
                      "--resume"]) == 0
@@ -591,7 +593,7 @@ def test_resume_measures_only_the_shapes_it_lacks_and_keeps_both(tmp_path, capsy
     assert [r.label for r in written[0].rows] == ["1x4096", "2x4096", "3x4096"]  # the checkpoint keeps all
     final = BenchReport.model_validate_json((out / "bench.json").read_text())
     assert [r.label for r in final.rows] == ["1x4096", "2x4096", "3x4096"]
-    assert "1 shape(s) left to measure" in capsys.readouterr().out
+    assert "kept as measured, 1 shape(s) to measure" in capsys.readouterr().out
     assert not list(out.glob(".*.tmp")) and not (out / ".astra.lock").exists()
 
     _scripted_cli(monkeypatch, out, device="NVIDIA H100 80GB HBM3")
@@ -619,22 +621,75 @@ def test_resume_refuses_rows_measured_otherwise_or_of_another_pick_and_remeasure
     argv = ["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out), "--resume"]
     assert cli.main(argv) == 2  # --torch eager,compile by default
     said = capsys.readouterr()
-    assert "was measured with torch compile, layout arena, pdl off; this run asks for torch eager,compile" in said.out + said.err
+    assert "was measured with torch compile, layout arena, pdl off; this run asks for torch compile,eager" in said.out + said.err
+    assert benchmark.run_settings(("compile", "eager"), "arena", False) == benchmark.run_settings(("eager", "compile"),
+                                                                                                 "arena", False)
     assert asked == []
 
     table = shipped_table("silu_and_mul", "NVIDIA H200")
     asked, _ = _scripted_cli(monkeypatch, out, tables={"silu_and_mul": table})
     assert cli.main([*argv, "--torch", "compile"]) == 2  # the kept rows ran {} (the baseline), the table picks a template
     said = capsys.readouterr()
-    assert "2 of the kept silu_and_mul rows (1x4096, 2x4096) ran another configuration than this run's table" in said.out + said.err
+    assert "2 of the kept silu_and_mul rows (1x4096, 2x4096) ran another tuned column than this run would" in said.out + said.err
     assert asked == []
 
     for row in earlier.rows:
         row.tuned_config = table.pick(row.shape, 132, "sm_90").config
-    earlier.rows[1].tuned_status = "failed: an illegal address"
+    earlier.rows[0].tuned_status = "incorrect: out differs"  # would come out the same: kept
+    earlier.rows[1].tuned_status = "timeout: the worker's limit"  # may go otherwise: measured again
     (out / "bench.json").write_text(earlier.model_dump_json())
     assert cli.main([*argv, "--torch", "compile"]) == 0
-    assert asked == [{"silu_and_mul": ["2x4096", "3x4096"]}]  # the failed row again, and the missing one
+    assert asked == [{"silu_and_mul": ["2x4096", "3x4096"]}]  # the timed-out row again, and the missing one
+
+
+def test_resume_refuses_kept_rows_without_the_tuned_column_this_run_has_or_of_the_other_regime(tmp_path, capsys,
+                                                                                               monkeypatch):
+    from astra_kernels.jobs.benchmark import shipped_table
+
+    out, _ = _resume_folder(tmp_path)
+    earlier = BenchReport.model_validate_json((out / "bench.json").read_text())
+    for row in earlier.rows:
+        row.tuned_status, row.tuned_us = "", None  # measured with no table
+    (out / "bench.json").write_text(earlier.model_dump_json())
+    table = shipped_table("silu_and_mul", "NVIDIA H200")
+    asked, _ = _scripted_cli(monkeypatch, out, tables={"silu_and_mul": table})
+    argv = ["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out), "--resume",
+            "--torch", "compile"]
+    assert cli.main(argv) == 2
+    said = capsys.readouterr()
+    assert "2 of the kept silu_and_mul rows (1x4096, 2x4096) ran another tuned column than this run would" in said.out + said.err
+    for row in earlier.rows:
+        row.tuned_status, row.tuned_us, row.tuned_config = "ok", 1.0, table.pick(row.shape, 132, "sm_90").config
+    earlier.table_l2 = {"silu_and_mul": "warm"}
+    (out / "bench.json").write_text(earlier.model_dump_json())
+    assert cli.main(argv) == 2
+    said = capsys.readouterr()
+    assert "the kept silu_and_mul rows ran a table tuned with warm L2; this run's is tuned with cold L2" in said.out + said.err
+    assert asked == []
+
+
+def test_a_held_folder_or_a_stop_mid_write_leaves_bench_json_as_it_was(tmp_path, capsys, monkeypatch):
+    """Another run holding the folder: refused before anything is read or measured. A stop (a time
+    limit's signal) while a checkpoint is written: the file keeps the earlier rows, and the stop's
+    line says how to go on."""
+    from astra_kernels.jobs import outputs
+
+    out, before = _resume_folder(tmp_path, tuned=False)
+    asked, _ = _scripted_cli(monkeypatch, out)
+    argv = ["bench", "--kernels", "silu_and_mul", "--shapes", "1x4096,2x4096,3x4096", "--out", str(out), "--resume"]
+    with outputs.held(out):
+        assert cli.main(argv) == 1  # as astra tune's FolderBusyError
+    said = capsys.readouterr()
+    assert "is writing to" in said.out + said.err and asked == [] and (out / "bench.json").read_text() == before
+
+    def stopped(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.os, "replace", stopped)
+    assert cli.main(argv) == 130
+    said = capsys.readouterr()
+    assert "bench.json, every row measured (the same command with --resume goes on)" in said.out + said.err
+    assert (out / "bench.json").read_text() == before and not list(out.glob(".*.tmp"))
 
 
 def test_from_refuses_to_write_over_a_bench_json_it_does_not_render(tmp_path, capsys):
@@ -649,6 +704,11 @@ def test_from_refuses_to_write_over_a_bench_json_it_does_not_render(tmp_path, ca
     merged = BenchReport.model_validate_json((out / "bench.json").read_text())
     assert {r.kernel for r in merged.rows} == {"silu_and_mul", "rmsnorm"}
     assert cli.main(["bench", "--from", str(other), "--out", str(tmp_path / "new"), "--resume"]) == 2
+    kept = (out / "bench.json").read_text()
+    assert cli.main(["bench", "--from", str(out / "bench.json"), "--out", str(out), "--kernels", "rmsnorm"]) == 2
+    said = capsys.readouterr()
+    assert "--kernels would drop the other kernels' rows from" in said.out + said.err
+    assert (out / "bench.json").read_text() == kept
 
 
 def test_a_file_written_whole_is_left_as_it_was_by_a_stop_mid_write(tmp_path, monkeypatch):

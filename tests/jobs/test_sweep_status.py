@@ -53,7 +53,7 @@ def test_a_row_counts_only_where_it_ran_todays_pick_and_the_newest_such_row_is_r
     assert widths[("topk_softmax", "8x2")]["current"] == 0 and len(widths[("topk_softmax", "8x2")]["missing"]) == 27
     assert {k for k, _ in widths} == set(tuned_tables.shipped_kernels("h200"))  # every shipped kernel, rows or not
     line = next(l for l in result.stdout.splitlines() if "| topk_softmax | 8x8 |" in l)
-    assert "| 27 | 2 | 1 (3) | 24 | 1 (2) |" in line
+    assert "| 27 | 2 | 1 (3) | 0 | 24 | 1 (2) |" in line
 
 
 def test_the_shipped_benchmark_files_read_and_a_foreign_file_is_one_line(tmp_path):
@@ -69,13 +69,14 @@ def test_the_shipped_benchmark_files_read_and_a_foreign_file_is_one_line(tmp_pat
 
 
 def test_a_row_whose_tuned_kernel_failed_is_no_measurement_and_a_kind_without_tables_says_so(tmp_path):
+    """Today's pick that failed to time is "not timed", not another pick's row (as a re-tuned table's is)."""
     table = shipped_table("topk_softmax", "NVIDIA H200")
     config = table.pick({"T": 1, "E": 8, "K": 8}, suite.DEFAULT_SMS, "sm_90").config
     failed = _row("1x8x8", config, 1.0, 1.5).model_copy(update={"tuned_status": "failed: an illegal address"})
     (tmp_path / "h200.json").write_text(_report("2026-11-29T01:00:00+00:00", [failed]).model_dump_json())
     result = run(str(tmp_path / "h200.json"), "--json", str(tmp_path / "status.json"))
     eight = next(w for w in json.loads((tmp_path / "status.json").read_text()) if w["width"] == "8x8")
-    assert result.returncode == 0 and eight["current"] == 0 and eight["stale"] == [1]
+    assert result.returncode == 0 and eight["current"] == 0 and eight["stale"] == [] and eight["not_timed"] == [1]
     other = _report("2026-11-29T01:00:00+00:00", [failed]).model_copy(update={"device": "NVIDIA A100-SXM4-80GB"})
     (tmp_path / "a100.json").write_text(other.model_dump_json())
     refused = run(str(tmp_path / "a100.json"))

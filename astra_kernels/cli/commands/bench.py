@@ -78,31 +78,48 @@ def bench_shapes(folder, args) -> list[dict]:
 
 def run(args) -> int:
     """Time baseline, tuned kernel and PyTorch peers at every shape, against both floors."""
+    out = Path(args.out) if args.out else None
+    # One run at a time writes the folder (a second is refused in one line), from before it reads
+    # the bench.json it continues until its last file is written.
+    with outputs.held(out, "benchmark") if out else contextlib.nullcontext():
+        return _from_files(args, out) if args.from_json else _measure(args, out)
+
+
+def _from_files(args, out: Path | None) -> int:
+    """--from: render and merge earlier runs' reports, no GPU."""
+    from astra_kernels.jobs import benchmark
+
+    if args.resume:
+        raise UsageError("--resume continues a measuring run; --from renders files: give one of them")
+    own = out is not None and (out / "bench.json").is_file()
+    if own and not any(Path(p).resolve() == (out / "bench.json").resolve() for p in args.from_json):
+        raise UsageError(f"{out / 'bench.json'} holds rows that are not among the --from files: "
+                         "give another --out, or name it in --from to merge it")
+    if own and args.kernels:
+        raise UsageError(f"--kernels would drop the other kernels' rows from {out / 'bench.json'}, one of the --from "
+                         "files: give another --out")
+    reports = [_read_report(Path(p)) for p in args.from_json]
+    if twice := benchmark.measured_twice(reports):
+        console.print(f"[yellow]note:[/yellow] {len(twice)} shape(s) measured in more than one file; each is "
+                      f"the newest run's row: {', '.join(twice)}", highlight=False)
+    report = benchmark.merge(reports)
+    if args.kernels:
+        wanted = args.kernels.split(",")
+        present = sorted({row.kernel for row in report.rows})
+        if unknown := [k for k in wanted if k not in present]:
+            raise UsageError(f"--kernels {', '.join(unknown)}: not in {', '.join(args.from_json)}; "
+                             f"they hold {', '.join(present) or 'no rows'}")
+        report = report.model_copy(update={"rows": [r for r in report.rows if r.kernel in wanted]})
+    return _bench_outputs(args, report)
+
+
+def _measure(args, out: Path | None) -> int:
+    """Measure on the local GPU, continuing OUT/bench.json with --resume; the folder is held."""
     from astra_kernels.jobs import benchmark
     from astra_kernels import suite
     from astra_kernels.tools.measuring.worker import EvaluationWorker
     from astra_kernels.tools.toolchain.driver import gpu_available
 
-    if args.from_json:
-        if args.resume:
-            raise UsageError("--resume continues a measuring run; --from renders files: give one of them")
-        if args.out and (Path(args.out) / "bench.json").is_file() and not any(
-                Path(p).resolve() == (Path(args.out) / "bench.json").resolve() for p in args.from_json):
-            raise UsageError(f"{Path(args.out) / 'bench.json'} holds rows that are not among the --from files: "
-                             "give another --out, or name it in --from to merge it")
-        reports = [_read_report(Path(p)) for p in args.from_json]
-        if twice := benchmark.measured_twice(reports):
-            console.print(f"[yellow]note:[/yellow] {len(twice)} shape(s) measured in more than one file; each is "
-                          f"the newest run's row: {', '.join(twice)}", highlight=False)
-        report = benchmark.merge(reports)
-        if args.kernels:
-            wanted = args.kernels.split(",")
-            present = sorted({row.kernel for row in report.rows})
-            if unknown := [k for k in wanted if k not in present]:
-                raise UsageError(f"--kernels {', '.join(unknown)}: not in {', '.join(args.from_json)}; "
-                                 f"they hold {', '.join(present) or 'no rows'}")
-            report = report.model_copy(update={"rows": [r for r in report.rows if r.kernel in wanted]})
-        return _bench_outputs(args, report)
     names = args.kernels.split(",") if args.kernels else suite.names()
     folders = [suite.load(n) for n in names]
     if args.shapes and len(folders) != 1:
@@ -111,7 +128,6 @@ def run(args) -> int:
     modes = () if args.no_torch else tuple(m for m in args.torch.split(",") if m)
     if unknown := [m for m in modes if m not in ("eager", "compile")]:
         raise UsageError(f"--torch takes eager and/or compile, not {', '.join(unknown)}")
-    out = Path(args.out) if args.out else None
     earlier = _earlier_run(out, args)
     if earlier is not None:
         settings = benchmark.run_settings(modes, args.layout, args.pdl)
@@ -124,8 +140,8 @@ def run(args) -> int:
                    for name, shapes in kernels.items()}
         kernels = {name: shapes for name, shapes in kernels.items() if shapes}
         left = sum(map(len, kernels.values()))
-        messages(args).print(f"--resume: {len(earlier.rows)} row(s) kept from {out / 'bench.json'}, {left} shape(s) "
-                             "left to measure", highlight=False)
+        messages(args).print(f"--resume: {len(done)} row(s) of {out / 'bench.json'} kept as measured, {left} shape(s) "
+                             "to measure", highlight=False)
         if not kernels:
             return _bench_outputs(args, earlier)
     if not gpu_available():
@@ -141,66 +157,81 @@ def run(args) -> int:
         if out:
             outputs.write_whole(out / "bench.json", with_earlier(report).model_dump_json(indent=2))
 
-    with contextlib.ExitStack() as stack:
-        if out:  # one run at a time writes the folder (a second is refused in one line)
-            stack.enter_context(outputs.held(out, "benchmark"))
-        worker = stack.enter_context(EvaluationWorker(device_index=args.gpu, timeout_s=900))
-        if earlier is not None and (earlier.device, earlier.l2, earlier.dtype) != (worker.device["name"], args.l2,
-                                                                                   args.dtype):
-            raise UsageError(f"--resume: {out / 'bench.json'} was measured on {earlier.device} with {earlier.l2} L2 in "
-                             f"{earlier.dtype}, not on {worker.device['name']} with {args.l2} L2 in {args.dtype}: "
-                             "give another --out")
-        tables = benchmark.bench_tables(list(kernels), worker.device["name"], args.l2,
-                                        Path(args.tuned) if args.tuned else None)
-        if earlier is not None:
-            _check_kept_picks(earlier, tables, worker.device, out)
-        missing = [n for n, t in tables.items() if t is None]
-        say = messages(args)
-        if missing:
-            say.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
+    try:
+        with EvaluationWorker(device_index=args.gpu, timeout_s=900) as worker:
+            if earlier is not None and (earlier.device, earlier.l2, earlier.dtype) != (worker.device["name"], args.l2,
+                                                                                       args.dtype):
+                raise UsageError(f"--resume: {out / 'bench.json'} was measured on {earlier.device} with {earlier.l2} "
+                                 f"L2 in {earlier.dtype}, not on {worker.device['name']} with {args.l2} L2 in "
+                                 f"{args.dtype}: give another --out")
+            tables = benchmark.bench_tables(list(kernels), worker.device["name"], args.l2,
+                                            Path(args.tuned) if args.tuned else None)
+            if earlier is not None:
+                _check_kept_rows(earlier, tables, worker.device, out)
+            missing = [n for n, t in tables.items() if t is None]
+            say = messages(args)
+            if missing:
+                say.print(f"[yellow]note:[/yellow] no dispatch table for {', '.join(missing)} on "
                           f"{worker.device['name']}: no tuned column there (run `astra tune`, then --tuned OUT)")
-        for name, table in tables.items():
-            if table is not None and table.l2 != args.l2:
-                say.print(f"[yellow]note:[/yellow] the tuned column of {name} runs a table tuned with {table.l2} L2, "
-                          f"timed here with {args.l2} L2", highlight=False)
-        report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
-                                 command="astra bench " + " ".join(args.argv),
-                                 input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,
-                                 progress=lambda label: say.print(f"[dim]{label}[/dim]", highlight=False))
+            for name, table in tables.items():
+                if table is not None and table.l2 != args.l2:
+                    say.print(f"[yellow]note:[/yellow] the tuned column of {name} runs a table tuned with {table.l2} "
+                              f"L2, timed here with {args.l2} L2", highlight=False)
+            report = benchmark.bench(worker, kernels, dtype=args.dtype, tables=tables, torch_modes=modes,
+                                     command="astra bench " + " ".join(args.argv),
+                                     input_layout=args.layout, pdl=args.pdl, checkpoint=checkpoint, l2=args.l2,
+                                     progress=lambda label: say.print(f"[dim]{label}[/dim]", highlight=False))
+    except KeyboardInterrupt as exc:
+        if out and (out / "bench.json").is_file():
+            exc.add_note(f"{out / 'bench.json'}, every row measured (the same command with --resume goes on)")
+        raise
     return _bench_outputs(args, with_earlier(report))
 
 
+# statuses of a measurement that may come out otherwise the next time (evaluation.Status)
+RETRIED = ("timeout", "compile_timeout", "lost", "toolchain_error")
+
+
 def _finished(row) -> bool:
-    """A kept row that --resume does not measure again: its baseline timed, and its tuned kernel timed,
-    excluded at the shape, or not asked for (no table). A failed peer stays as it failed."""
-    return row.baseline_status == "ok" and (row.tuned_status in ("ok", "") or row.tuned_status.startswith("excluded"))
+    """A kept row that --resume does not measure again: all but those whose baseline or tuned kernel
+    ended in a status a retry may change (a time limit, a lost worker, a compiler that could not
+    run). An incorrect, invalid, crashed or excluded result would come out the same each call, and a
+    failed peer stays as it failed."""
+    return not any(status.startswith(RETRIED) for status in (row.baseline_status, row.tuned_status))
 
 
-def _check_kept_picks(earlier, tables: dict, device: dict, out: Path) -> None:
-    """--resume adds rows to a report only where its kept rows ran what this run's tables pick: a
-    table re-tuned between two calls (or another --tuned) would mix two tables' rows in one summary."""
+def _check_kept_rows(earlier, tables: dict, device: dict, out: Path) -> None:
+    """--resume adds rows to a report only where its kept rows ran what this run runs at their shapes:
+    the same table's pick (a table re-tuned between two calls, or another --tuned, would mix two
+    tables' rows in one summary), excluded where it is excluded, and no tuned column where this run
+    has no table. Only the kernels this run measures are asked; the others' rows are carried as they are."""
     from astra_kernels import suite
 
     sms = device.get("multiprocessors") or suite.DEFAULT_SMS
 
-    def picked(table, shape) -> dict | None:
+    def runs_there(table, shape) -> str | dict:
+        if table is None:
+            return "no table"
         try:
             return table.pick(shape, sms, device["arch"]).config
-        except AstraError:  # excluded at the shape now
-            return None
+        except AstraError:
+            return "excluded"
+
+    def ran(row) -> str | dict:
+        if row.tuned_status == "":
+            return "no table"
+        return "excluded" if row.tuned_status.startswith("excluded") else row.tuned_config
 
     for kernel, table in tables.items():
-        if table is None:
-            continue
-        if earlier.table_l2.get(kernel, table.l2) != table.l2:
+        if table is not None and earlier.table_l2.get(kernel, table.l2) != table.l2:
             raise UsageError(f"--resume: the kept {kernel} rows ran a table tuned with {earlier.table_l2[kernel]} L2; "
                              f"this run's is tuned with {table.l2} L2: give another --out")
-        rows = [r for r in earlier.rows if r.kernel == kernel and r.tuned_status == "ok"]
-        other = [r.label for r in rows if r.tuned_config != picked(table, r.shape)]
+        kept = [r for r in earlier.rows if r.kernel == kernel and _finished(r)]
+        other = [r.label for r in kept if ran(r) != runs_there(table, r.shape)]
         if other:
             raise UsageError(f"--resume: {len(other)} of the kept {kernel} rows ({', '.join(other[:3])}"
-                             f"{', ...' if len(other) > 3 else ''}) ran another configuration than this run's table "
-                             "picks there (re-tuned since, or another --tuned): give another --out")
+                             f"{', ...' if len(other) > 3 else ''}) ran another tuned column than this run would there "
+                             "(a table re-tuned since, another --tuned, or none): give another --out")
 
 
 def _earlier_run(out: Path | None, args):

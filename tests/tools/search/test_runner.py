@@ -113,7 +113,7 @@ class _LuckyWorker:
     SEARCHED = {64: 1.0, 128: 1.01, 256: 1.015, 512: 3.0}  # 64 drew lucky noise in the search; all but 512 contend
 
     def __init__(self, retimed: dict[int, float | str], searched: dict[int, float] | None = None,
-                 spread: float = 0.0):
+                 spread: float | dict[int, float] = 0.0):
         self.retimed, self.requests = retimed, []
         self.searched, self.spread = searched or self.SEARCHED, spread
 
@@ -127,7 +127,8 @@ class _LuckyWorker:
             us = value
         else:
             us = self.searched[threads]
-        timing = Timing(median_us=us, min_us=us, max_us=us, spread=self.spread, samples_us=[us],
+        spread = self.spread.get(threads, 0.0) if isinstance(self.spread, dict) else self.spread
+        timing = Timing(median_us=us, min_us=us, max_us=us, spread=spread, samples_us=[us],
                         launches_per_replay=100, input_sets=100, method="graph")
         return EvaluationResult(status="ok", timing=timing)
 
@@ -212,6 +213,17 @@ def test_a_spread_wider_than_the_margin_widens_it_up_to_its_cap(tmp_path):
         outcome, _ = _retime_search(worker, store)
     assert [f.config["THREADS"] for f in outcome.finalists] == [64, 128, 256]
     assert outcome.best_config["THREADS"] == 256 and outcome.best_us == 1.051
+
+
+def test_only_the_best_s_spread_widens_it_and_the_finalists_are_the_fastest_below_it(tmp_path):
+    """A slower configuration's own noisy timing does not make it contend (a spread is one outlier
+    away from large), and none after the first that does not contend is taken: 128 (3% off, quiet)
+    ends the finalists, so 256 (5% off, with a 6% spread of its own) is not re-timed."""
+    worker = _LuckyWorker({}, searched={64: 1.0, 128: 1.03, 256: 1.05, 512: 3.0}, spread={256: 0.06})
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        outcome, _ = _retime_search(worker, store)
+    assert outcome.finalists == [] and not [r for r in worker.requests if r.retime]
+    assert "3.00% above the best's, beyond the 2.00%" in outcome.retime_note
 
 
 def test_a_re_timing_keys_apart_from_the_search_s_measurement_and_only_then():
