@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import signal
 import sqlite3
 import sys
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output, not with a traceback
     from astra_kernels.tools.errors import AstraError
 
     try:

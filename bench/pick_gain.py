@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import math
+import signal
 import sqlite3
 import sys
 from collections import defaultdict
@@ -30,6 +31,7 @@ from pathlib import Path
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output, not with a traceback
     from astra_kernels.tools.errors import AstraError
 
     try:

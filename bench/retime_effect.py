@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sqlite3
 import statistics
 import sys
@@ -137,6 +138,7 @@ def line(report: dict) -> str:
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output, not with a traceback
     from astra_kernels.tools.errors import AstraError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -14,6 +14,7 @@ import argparse
 import collections
 import datetime
 import json
+import signal
 import sqlite3
 import sys
 
@@ -50,6 +51,7 @@ def summary(path: str) -> str:
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output, not with a traceback
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stores", nargs="+", help="results stores (.sqlite) written by astra tune")
     args = parser.parse_args()

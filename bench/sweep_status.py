@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -107,6 +108,7 @@ def counts(tokens: list[int]) -> str:
 
 
 def main() -> int:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output, not with a traceback
     from astra_kernels.tools.errors import AstraError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -81,3 +81,15 @@ def test_a_row_whose_tuned_kernel_failed_is_no_measurement_and_a_kind_without_ta
     (tmp_path / "a100.json").write_text(other.model_dump_json())
     refused = run(str(tmp_path / "a100.json"))
     assert refused.returncode == 2 and "no table is shipped for NVIDIA A100-SXM4-80GB tuned with cold L2" in refused.stderr
+
+
+def test_piped_into_head_it_ends_quietly():
+    """`| head` closes the pipe before the table ends: no BrokenPipeError traceback (the store and
+    report readers of bench/ restore SIGPIPE's default, as norm_code_gap.py does)."""
+    import shlex
+
+    files = " ".join(shlex.quote(str(p)) for p in sorted(ROOT.glob("docs/bench/h200-2026-11-2[89]*/bench-*.json")))
+    result = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} {files} | head -1"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.stdout.startswith("| GPU, L2 | kernel |") and result.stdout.count("\n") == 1
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
