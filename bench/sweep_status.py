@@ -7,8 +7,9 @@ today, and what those rows say.
 
 A sweep's benchmark takes several calls, and a table may be re-tuned between them, so a row counts
 for the shipped table only where the configuration it timed is the one the table picks at that
-shape now (runtime/dispatch.DispatchTable.pick, on the report's GPU kind and architecture, at
-DEFAULT_SMS multiprocessors: both lent kinds have 132; the baseline's is the empty configuration).
+shape now (jobs/benchmark.tuned_column, as `astra bench --resume` compares its kept rows: the table's
+pick on the report's architecture at DEFAULT_SMS multiprocessors, which both lent kinds have; the
+baseline's is the empty configuration).
 The words of a row's "picked by" are not compared: they have been reworded since some rows were
 measured. A table entry of another template source than the kernel's own would not be told apart
 by its configuration, so such a pick never counts (no shipped table has one). A template whose text
@@ -39,9 +40,8 @@ def status(paths: list[Path]) -> list[dict]:
     from pydantic import ValidationError
 
     from astra_kernels import suite
-    from astra_kernels.jobs.benchmark import SWEEP_MARGIN, BenchReport, shipped_table
+    from astra_kernels.jobs.benchmark import EXCLUDED, SWEEP_MARGIN, BenchReport, shipped_table, tuned_column
     from astra_kernels.suite import tuned_tables
-    from astra_kernels.tools.errors import AstraError
 
     reports = []
     for path in paths:
@@ -70,17 +70,11 @@ def status(paths: list[Path]) -> list[dict]:
                 width = "x".join(str(shape[s]) for s in spec.symbols[1:])
                 rows = measured.get((device, l2, kernel, spec.label(shape), table.dtype), [])
                 point = {"tokens": shape[spec.symbols[0]], "state": "stale" if rows else "missing"}
-                try:
-                    pick = table.pick(shape, suite.DEFAULT_SMS, rows[0][1].arch) if rows else None
-                except AstraError:  # the table runs nothing there now
-                    pick = None
-                ours = [row for row, _ in rows if pick is not None and pick.source in ("template", "baseline")
-                        and row.tuned_config == pick.config]  # rows of today's pick, newest first
+                today = tuned_column(table, shape, suite.DEFAULT_SMS, rows[0][1].arch) if rows else None
+                ours = [row for row, _ in rows if row.tuned_column == today]  # rows of today's pick, newest first
                 row = next((r for r in ours if r.tuned_status == "ok"), None)
-                if rows and pick is None:  # today's table runs nothing here: no tuned time to have
-                    point["state"] = "excluded"
-                elif ours and row is None:  # today's pick, but it did not time (a failure is a finding too)
-                    point["state"] = "failed"
+                if ours and row is None:  # today's pick did not time: it failed, or today's table excludes the shape
+                    point["state"] = "excluded" if today == EXCLUDED else "failed"
                 if row is not None:
                     point["state"] = "current"
                     if row.speedup_over_best_peer is not None:

@@ -142,6 +142,13 @@ class BenchRow(BaseModel):
     seconds: dict[str, float] = Field(default_factory=dict)
 
     @property
+    def tuned_column(self) -> dict[str, int] | str:
+        """What this row's tuned column ran, in tuned_column's terms: its configuration, EXCLUDED or NO_TABLE."""
+        if self.tuned_status == "":
+            return NO_TABLE
+        return EXCLUDED if self.tuned_status.startswith("excluded") else self.tuned_config
+
+    @property
     def speedup(self) -> float | None:
         return self.baseline_us / self.tuned_us if self.baseline_us and self.tuned_us else None
 
@@ -382,6 +389,24 @@ def _time_of(result: EvaluationResult) -> tuple[float | None, float | None, str]
     if result.status == "ok" and result.timing:
         return result.timing.median_us, result.timing.spread, "ok"
     return None, None, f"{result.status}: {result.message[:300]}"
+
+
+NO_TABLE, EXCLUDED = "no table", "excluded"
+
+
+def tuned_column(table: DispatchTable | None, shape: dict[str, int], sms: int, arch: str) -> dict[str, int] | str:
+    """What a benchmark's tuned column runs at `shape` under `table`: the pick's configuration (the
+    baseline's is {}), EXCLUDED where the table runs nothing there, NO_TABLE without a table. A pick of
+    another template source than the kernel's own is named by that source, so no row's column
+    (BenchRow.tuned_column) equals it. `astra bench --resume` and bench/sweep_status.py compare a kept
+    row with what the table runs today by these two."""
+    if table is None:
+        return NO_TABLE
+    try:
+        pick = table.pick(shape, sms, arch)
+    except suite.AstraError:
+        return EXCLUDED
+    return pick.config if pick.source in ("template", "baseline") else f"source {pick.source}"
 
 
 def run_settings(torch_modes: tuple[str, ...], input_layout: str, pdl: bool) -> dict[str, str]:

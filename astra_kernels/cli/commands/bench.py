@@ -11,7 +11,7 @@ from astra_kernels.cli.arguments import count
 from astra_kernels.cli.output import console, messages, print_table
 from astra_kernels.jobs import outputs
 from astra_kernels.tools.measuring.regimes import L2_REGIMES
-from astra_kernels.tools.errors import AstraError, UsageError
+from astra_kernels.tools.errors import UsageError
 
 
 def add_parser(sub) -> None:
@@ -201,33 +201,21 @@ def _finished(row) -> bool:
 
 
 def _check_kept_rows(earlier, tables: dict, device: dict, out: Path) -> None:
-    """--resume adds rows to a report only where its kept rows ran what this run runs at their shapes:
-    the same table's pick (a table re-tuned between two calls, or another --tuned, would mix two
-    tables' rows in one summary), excluded where it is excluded, and no tuned column where this run
-    has no table. Only the kernels this run measures are asked; the others' rows are carried as they are."""
+    """--resume adds rows to a report only where its kept rows ran what this run runs at their shapes
+    (benchmark.tuned_column): the same table's pick (a table re-tuned between two calls, or another
+    --tuned, would mix two tables' rows in one summary), excluded where it is excluded, and no tuned
+    column where this run has no table. Only the kernels this run measures are asked; the others'
+    rows are carried as they are."""
     from astra_kernels import suite
+    from astra_kernels.jobs import benchmark
 
     sms = device.get("multiprocessors") or suite.DEFAULT_SMS
-
-    def runs_there(table, shape) -> str | dict:
-        if table is None:
-            return "no table"
-        try:
-            return table.pick(shape, sms, device["arch"]).config
-        except AstraError:
-            return "excluded"
-
-    def ran(row) -> str | dict:
-        if row.tuned_status == "":
-            return "no table"
-        return "excluded" if row.tuned_status.startswith("excluded") else row.tuned_config
-
     for kernel, table in tables.items():
         if table is not None and earlier.table_l2.get(kernel, table.l2) != table.l2:
             raise UsageError(f"--resume: the kept {kernel} rows ran a table tuned with {earlier.table_l2[kernel]} L2; "
                              f"this run's is tuned with {table.l2} L2: give another --out")
         kept = [r for r in earlier.rows if r.kernel == kernel and _finished(r)]
-        other = [r.label for r in kept if ran(r) != runs_there(table, r.shape)]
+        other = [r.label for r in kept if r.tuned_column != benchmark.tuned_column(table, r.shape, sms, device["arch"])]
         if other:
             raise UsageError(f"--resume: {len(other)} of the kept {kernel} rows ({', '.join(other[:3])}"
                              f"{', ...' if len(other) > 3 else ''}) ran another tuned column than this run would there "
