@@ -18,6 +18,7 @@ shapes, and decode shapes against the launch floor.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import time
@@ -30,6 +31,7 @@ from pydantic import BaseModel, Field
 from astra_kernels.defaults import TIMING_NOISE
 from . import charts as plots
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
+from astra_kernels.tools.measuring.worker import EvaluationWorker
 from astra_kernels.tools.measuring.probes import copy_request, empty_request, mix_requests
 from astra_kernels.tools.templating.template import Exclusion, Template
 
@@ -37,6 +39,7 @@ from astra_kernels import suite
 from astra_kernels.suite import tuned_tables
 from astra_kernels.runtime.dispatch import DispatchTable
 from .generated_files import md_code, md_text
+from . import peer_builds
 from .torch_peers import PeerResult, measure_peer
 from .tuning import draw_ahead
 
@@ -222,6 +225,8 @@ class BenchReport(BaseModel):
     commands: list[str] = Field(default_factory=list)  # what measured these rows
     # How the rows were measured (run_settings): a resumed run must measure as the kept rows were
     settings: dict[str, str] = Field(default_factory=dict)
+    # Wall seconds spent before the rows, by part ("torch_compile_build_ahead": peer_builds.py)
+    ahead_seconds: dict[str, float] = Field(default_factory=dict)
     rows: list[BenchRow] = Field(default_factory=list)
 
     def goals(self) -> list[str]:
@@ -293,7 +298,7 @@ class BenchReport(BaseModel):
     def time_spent(self) -> str:
         """Where this benchmark's wall time went, summed over its rows by part (BenchRow.seconds); empty
         for reports from before rows kept it."""
-        spent: dict[str, float] = {}
+        spent: dict[str, float] = dict(self.ahead_seconds)
         for r in self.rows:
             for part, seconds in r.seconds.items():
                 spent[part] = spent.get(part, 0.0) + seconds
@@ -376,6 +381,8 @@ def merge(reports: list[BenchReport]) -> BenchReport:
         "sglang_jit": {k: v for r in reports for k, v in r.sglang_jit.items()},
         "table_l2": table_l2,
         "commands": [c for r in reports for c in r.commands],
+        "ahead_seconds": {part: round(sum(r.ahead_seconds.get(part, 0.0) for r in reports), 3)
+                          for part in dict.fromkeys(p for r in reports for p in r.ahead_seconds)},
         # one set of choices where all the runs said theirs and agreed; else none is claimed
         "settings": json.loads(settings.pop()) if len(settings) == 1 and all(r.settings for r in reports) else {},
     })
@@ -452,6 +459,12 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
             if not isinstance(request, Exclusion):
                 ahead.append(request)
     draw_ahead(worker, ahead)
+    if "compile" in torch_modes and isinstance(worker, EvaluationWorker) and importlib.util.find_spec("torch"):
+        built = peer_builds.build_ahead([(name, shape, _dtype_of(suite.load(name), dtype), "default")
+                                         for name, shapes in kernels.items() for shape in shapes], worker.device_index)
+        report.ahead_seconds["torch_compile_build_ahead"] = built.seconds
+        if progress:
+            progress(built.line())
     for name, shapes in kernels.items():
         folder = suite.load(name)
         kernel_dtype = _dtype_of(folder, dtype)

@@ -73,10 +73,7 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
         first, scalars = peers.arguments(problem, case.inputs, "cuda")
         if mode == "compile":
             started = time.perf_counter()
-            # Each shape is a fresh compile: without a reset Dynamo counts every shape as a
-            # recompilation of the same function and, past its limit, silently runs it eagerly.
-            torch._dynamo.reset()
-            forward = torch.compile(forward, fullgraph=True, dynamic=False)
+            forward = compiled(kernel)
             forward({n: t.clone() for n, t in first.items()}, scalars, variant)  # compiles, on a copy
             torch.cuda.synchronize()
             result.compile_seconds = time.perf_counter() - started
@@ -87,6 +84,34 @@ def measure_peer(device, kernel: str, shape: dict[str, int], dtype: str, variant
     finally:
         torch.cuda.empty_cache()
     return result
+
+
+def compiled(kernel: str):
+    """The kernel's peer under torch.compile as measure_peer times it and build_peer builds it ahead
+    (one owner, so the two compile the same graph under the same settings and share a cache entry).
+    Each shape is a fresh compile: without a reset Dynamo counts every shape as a recompilation of
+    the same function and, past its limit, silently runs it eagerly."""
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(suite.load_peer(kernel).forward, fullgraph=True, dynamic=False)
+
+
+def build_peer(kernel: str, shape: dict[str, int], dtype: str, variant: str = "default", device_index: int = 0) -> None:
+    """Compile the peer at `shape` and run it once on zeros of its inputs, in this process, on GPU
+    `device_index`: Inductor's FX-graph cache and Triton's kernel cache, on disk and shared by the
+    user's processes, then hold what measure_peer's compile of the same shape builds, and it loads
+    that instead of building it again (peer_builds.py runs this in child processes ahead of a
+    benchmark). The cache is keyed by the graph, its inputs' shapes, strides and dtypes, and the
+    compiler's settings, never by the values, so zeros build what the seeded draws would."""
+    import torch
+
+    torch.cuda.set_device(device_index)
+    problem = suite.problem(suite.load(kernel), shape, dtype, variant)
+    tensors = {p.name: torch.zeros(p.shape, dtype=peers.torch_dtype(p.dtype), device="cuda")
+               for p in problem.buffers if p.role != "out"}
+    compiled(kernel)(tensors, peers.scalars(problem), variant)
+    torch.cuda.synchronize()
 
 
 def measure_exported(device, folder: str, shape: dict[str, int], l2: str = "cold", seed: int = 1,

@@ -47,7 +47,8 @@ FORBIDDEN = {
 SUBPROCESS_USERS = {"scripts/build_wheelhouse.py", "tools/toolchain/compiler_process.py",
                     "tools/measuring/tool_process.py",  # memcheck and ncu over this package's own module: flags and paths
                     "tools/toolchain/nvcc.py", "bench/multi_gpu.py",
-                    "scripts/sweep_tables.py"}  # `astra tune`/`bench` per GPU: kernel names, numbers and paths only
+                    "scripts/sweep_tables.py",  # `astra tune`/`bench` per GPU: kernel names, numbers and paths only
+                    "astra_kernels/jobs/peer_builds.py"}  # this package's own module; the shapes go by stdin
 # Unpickling of what the same module pickled into a private temporary folder for its own child.
 UNPICKLERS = {"tools/measuring/sanitizer.py", "tools/measuring/nsight.py"}
 # Names that would carry a model's text (a kernel source, an answer) into a command line.
