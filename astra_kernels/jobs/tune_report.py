@@ -105,8 +105,10 @@ def render_markdown(report: TuneReport) -> str:
             f"{_fmt(s.baseline_us)} | {_fmt(s.search.best_us)} | {_fmt(s.speedup, 3)} | "
             f"{_fmt(s.dispatch_us)} ({s.dispatch_from or '—'}) |")
     geo = report.geomean_speedup()
-    lines += ["", f"Geometric-mean speedup over the baseline: {geo:.3f}" if geo else "No speedup measured.", "",
-              "![speedup per shape](speedup.svg)", "", "![convergence](convergence.svg)", ""]
+    lines += ["", f"Geometric-mean speedup over the baseline: {geo:.3f}" if geo else "No speedup measured.", ""]
+    if spent := report.time_spent():
+        lines += [md_text(spent), ""]
+    lines += ["![speedup per shape](speedup.svg)", "", "![convergence](convergence.svg)", ""]
     if report.general:
         lines += [f"General configuration: `{report.general}`", ""]
     if report.general_cut:

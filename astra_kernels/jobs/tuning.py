@@ -105,6 +105,18 @@ class TuneReport(BaseModel):
     # every configuration the table can run, checked (not timed) away from its tuned shapes: at the
     # kernel's odd shapes in each of its dtypes and variants (check_table_configs)
     config_checks: list[CheckRow] = Field(default_factory=list)
+    # Wall seconds by phase (TunePhases.NAMES), each summed over the shapes: where a tune's time went
+    # (issue 42's goal of a whole sweep in ten minutes). Shapes tuned side by side (--workers) sum to
+    # more than the wall time; "tune" is the wall time of the whole.
+    seconds: dict[str, float] = Field(default_factory=dict)
+
+    def time_spent(self) -> str:
+        """One line: the wall seconds by phase; empty for a report from before tunes kept them."""
+        if not self.seconds:
+            return ""
+        parts = [f"{phase} {self.seconds[phase]:.0f}" for phase in TunePhases.NAMES[:-1] if phase in self.seconds]
+        whole = f"; the whole tune {self.seconds['tune']:.0f}" if "tune" in self.seconds else ""
+        return "wall seconds by phase, each summed over the shapes: " + ", ".join(parts) + whole
 
     @property
     def config_check_failures(self) -> list[CheckRow]:
@@ -135,6 +147,27 @@ class TuneReport(BaseModel):
     def geomean_speedup(self) -> float | None:
         speedups = [s.speedup for s in self.shapes if s.speedup]
         return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
+
+
+class TunePhases:
+    """The wall seconds of a tune's phases, added into TuneReport.seconds as each ends, from any
+    thread: each shape's baseline, its space (the compiles and the pruning), its search and its
+    finalists' re-timing; then the general configuration across the shapes, the table's
+    configurations checked away from them, the verification, and the whole tune."""
+
+    NAMES = ("baseline", "space", "search", "retime", "general", "config_checks", "verify", "tune")
+
+    def __init__(self, into: dict[str, float]):
+        self.into, self.lock = into, threading.Lock()
+
+    @contextlib.contextmanager
+    def timing(self, phase: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.into[phase] = round(self.into.get(phase, 0.0) + time.perf_counter() - started, 3)
 
 
 @dataclass(frozen=True)
@@ -193,6 +226,7 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
 
     requests = _Requests(folder, dtype, variant, limits, l2)
     request, labels = requests.request, requests.labels
+    phases, started = TunePhases(report.seconds), time.perf_counter()
     # A replay (a ReplayWorker, a cluster's workers of one kind replaying) says what it can answer:
     # only that is compiled. On GPUs every configuration is.
     answers = getattr(worker, "answers", None) if worker.device.get("replay") else None
@@ -215,8 +249,9 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
             with_starts(folder.template.sample_configs(sample, tune_request.seed), starts) if sample else None)
         # The baseline first: it needs no space, so with many shapes at once (a cluster's GPUs) the
         # GPUs measure baselines while the CPUs compile the spaces, instead of waiting for them.
-        baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
-        with compiling_one if chosen_configs is None else contextlib.nullcontext():
+        with phases.timing("baseline"):
+            baseline, _ = evaluator(request("baseline", shape), **labels("baseline", shape)({}))
+        with compiling_one if chosen_configs is None else contextlib.nullcontext(), phases.timing("space"):
             space = build_space(folder.template, env, base, limits, configs=chosen_configs,
                                 answerable=(lambda config, shape=shape: _answerable(request("template", shape, config)))
                                 if answers else None,
@@ -226,19 +261,22 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
         if progress:
             progress(f"{label}: {space.total} -> {space.after_hardware} configurations", None)
         chosen = pick_strategy(strategy, len(space.candidates), budget)
-        outcome = search_rounds(
-            chosen, [c.config for c in space.candidates],
-            lambda config, shape=shape: request("template", shape, config),
-            evaluator, budget or Budget(), rounds=tune_request.search_rounds, seed=tune_request.seed,
-            plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
-            labels=labels("template", shape),
-            progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
-            parallel=spread, start=starts,
-        )
+        with phases.timing("search"):
+            outcome = search_rounds(
+                chosen, [c.config for c in space.candidates],
+                lambda config, shape=shape: request("template", shape, config),
+                evaluator, budget or Budget(), rounds=tune_request.search_rounds, seed=tune_request.seed,
+                plan=lambda trials, space=space: plan_round(space.candidates, trials, limits.multiprocessors),
+                labels=labels("template", shape),
+                progress=(lambda trial, label=label: progress(label, trial)) if progress else None,
+                parallel=spread, start=starts,
+            )
         # the winner named from a fresh interleaved run of the fastest few, not the search's best
         # median of hundreds (runner.retime_finalists); stored apart as "finalist" rows
-        retime_finalists(outcome, lambda config, shape=shape: request("template", shape, config), evaluator,
-                         labels=lambda config, shape=shape: {**labels("template", shape)(config), "which": "finalist"})
+        with phases.timing("retime"):
+            retime_finalists(outcome, lambda config, shape=shape: request("template", shape, config), evaluator,
+                             labels=lambda config, shape=shape: {**labels("template", shape)(config),
+                                                                 "which": "finalist"})
         result = ShapeResult(
             shape=shape, label=label, space_total=space.total,
             space_after_constraints=space.after_constraints, space_after_compile=space.after_compile,
@@ -265,16 +303,20 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
     draw_ahead(worker, (req for config, _, at in plan.measurements for s in at  # those not stored, in its order
                         if not isinstance(req := request("template", s.shape, config), Exclusion)
                         and not evaluator.has(req)))
-    if parallel > 1:  # measured all at once here, so that _general reads them from the store
-        _prefetch_general(plan, request, evaluator, labels, deadline, parallel)
-    report.general, report.general_us, cross_measured, report.general_cut = _general(
-        plan, report.shapes, request, evaluator, labels, deadline)
+    with phases.timing("general"):
+        if parallel > 1:  # measured all at once here, so that _general reads them from the store
+            _prefetch_general(plan, request, evaluator, labels, deadline, parallel)
+        report.general, report.general_us, cross_measured, report.general_cut = _general(
+            plan, report.shapes, request, evaluator, labels, deadline)
     if progress and report.general_cut:
         progress(report.general_cut, None)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
                                     entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes])
-    check_table_configs(report, folder, worker, evaluator, progress, parallel)
-    verify_dispatch(report, folder, worker, evaluator, tune_request.verify, progress, parallel)
+    with phases.timing("config_checks"):
+        check_table_configs(report, folder, worker, evaluator, progress, parallel)
+    with phases.timing("verify"):
+        verify_dispatch(report, folder, worker, evaluator, tune_request.verify, progress, parallel)
+    report.seconds["tune"] = round(time.perf_counter() - started, 3)
     return report
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import time
 from xml.etree import ElementTree
 
 import pytest
@@ -47,6 +48,34 @@ def test_tune_reports_each_shape_and_writes_outputs(tmp_path):
     best = json.loads((tmp_path / "out" / "best.json").read_text())
     assert best["per_shape"]["16x4096"]["config"]["VEC"] == 8
     assert "| 16x4096 | 40 |" in (tmp_path / "out" / "report.md").read_text()
+
+
+class SlowSearch(ScriptedWorker):
+    """Each template evaluation takes `seconds` of wall time (the baseline none)."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def evaluate(self, request):
+        if not request.label.endswith("baseline"):
+            time.sleep(self.seconds)
+        return super().evaluate(request)
+
+
+def test_the_report_says_where_the_tunes_wall_time_went(tmp_path):
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = run(store, SlowSearch(0.01), strategy="exhaustive", budget=Budget(evaluations=6))
+    seconds = report.seconds
+    assert set(seconds) == set(tuning.TunePhases.NAMES)
+    searched = sum(len(s.search.trials) for s in report.shapes)
+    assert seconds["search"] >= 0.01 * searched  # the sleeping evaluations are the search's
+    assert seconds["search"] > seconds["baseline"]
+    assert seconds["tune"] >= sum(v for k, v in seconds.items() if k != "tune") * 0.99  # one shape at a time
+    line = report.time_spent()
+    assert line.startswith("wall seconds by phase, each summed over the shapes: baseline ") and "the whole tune" in line
+    assert line in tune_report.render_markdown(report)
+    assert tuning.TuneReport.model_validate_json(report.model_dump_json()).seconds == seconds
 
 
 class TimedBaseline(ScriptedWorker):

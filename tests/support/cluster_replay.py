@@ -79,6 +79,7 @@ def comparable(report: tuning.TuneReport, *, reuse: bool = True) -> dict:
     """The report less its date and wall times (and, with reuse=False, which trials a store answered)."""
     data = json.loads(report.model_dump_json())
     data.pop("date")
+    data.pop("seconds")
     for shape in data["shapes"]:
         shape["search"].pop("seconds")
         if not reuse:
