@@ -298,15 +298,18 @@ class BenchReport(BaseModel):
     def time_spent(self) -> str:
         """Where this benchmark's wall time went, summed over its rows by part (BenchRow.seconds); empty
         for reports from before rows kept it."""
-        spent: dict[str, float] = dict(self.ahead_seconds)
+        spent: dict[str, float] = {}
         for r in self.rows:
             for part, seconds in r.seconds.items():
                 spent[part] = spent.get(part, 0.0) + seconds
-        if not spent:
-            return ""
-        timed = sum(1 for r in self.rows if r.seconds)
-        return (f"wall seconds by part over {timed} shapes: "
-                + ", ".join(f"{part} {seconds:.0f}" for part, seconds in spent.items()))
+        lines = []
+        if spent:
+            lines.append(f"wall seconds by part over {sum(1 for r in self.rows if r.seconds)} shapes: "
+                         + ", ".join(f"{part} {seconds:.0f}" for part, seconds in spent.items()))
+        if self.ahead_seconds:
+            lines.append("before the rows: " + ", ".join(f"{part} {seconds:.0f}"
+                                                        for part, seconds in self.ahead_seconds.items()))
+        return "; ".join(lines)
 
     def per_width(self) -> list[str]:
         """Issue 42's counts, one line per kernel and width (the shape but its token count) timed at
@@ -459,12 +462,9 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
             if not isinstance(request, Exclusion):
                 ahead.append(request)
     draw_ahead(worker, ahead)
-    if "compile" in torch_modes and isinstance(worker, EvaluationWorker) and importlib.util.find_spec("torch"):
-        built = peer_builds.build_ahead([(name, shape, _dtype_of(suite.load(name), dtype), "default")
-                                         for name, shapes in kernels.items() for shape in shapes], worker.device_index)
-        report.ahead_seconds["torch_compile_build_ahead"] = built.seconds
-        if progress:
-            progress(built.line())
+    if "compile" in torch_modes and builds_ahead(worker):
+        _build_peers_ahead(worker, report, [(name, shape, _dtype_of(suite.load(name), dtype), "default")
+                                            for name, shapes in kernels.items() for shape in shapes], progress)
     for name, shapes in kernels.items():
         folder = suite.load(name)
         kernel_dtype = _dtype_of(folder, dtype)
@@ -538,6 +538,31 @@ def bench(worker, kernels: dict[str, list[dict[str, int]]], *, dtype: str = "bf1
             if checkpoint:
                 checkpoint(report)
     return report
+
+
+def builds_ahead(worker) -> bool:
+    """Whether the torch.compile peers are built ahead for `worker` (peer_builds.py): on this host's
+    GPU, where PyTorch is installed. A cluster's workers are other hosts, whose caches a build here
+    would not fill."""
+    return isinstance(worker, EvaluationWorker) and importlib.util.find_spec("torch") is not None
+
+
+def _build_peers_ahead(worker, report: BenchReport, items: list, progress: Callable[[str], None] | None) -> None:
+    """Build the peers of `items` ahead; the seconds go into the report. A build ahead that cannot
+    start (no process can be started, say) only leaves each peer to compile as it comes."""
+    if progress:
+        progress(f"building the torch.compile peers of {len(items)} shape(s) ahead, in "
+                 f"{min(len(items), peer_builds.processes())} processes (at most {peer_builds.DEADLINE_S:.0f} s)")
+    started = time.perf_counter()
+    try:
+        built = peer_builds.build_ahead(items, worker.device_index)
+    except Exception as exc:  # only time is lost: each peer then compiles as it comes
+        line = f"torch.compile peers not built ahead ({type(exc).__name__}: {exc}); each compiles as it comes"
+    else:
+        line = built.line()
+    report.ahead_seconds["torch_compile_build_ahead"] = round(time.perf_counter() - started, 3)
+    if progress:
+        progress(line)
 
 
 class _PartClock:

@@ -103,9 +103,16 @@ def build_peer(kernel: str, shape: dict[str, int], dtype: str, variant: str = "d
     user's processes, then hold what measure_peer's compile of the same shape builds, and it loads
     that instead of building it again (peer_builds.py runs this in child processes ahead of a
     benchmark). The cache is keyed by the graph, its inputs' shapes, strides and dtypes, and the
-    compiler's settings, never by the values, so zeros build what the seeded draws would."""
-    import torch
+    compiler's settings, never by the values, so zeros build what the seeded draws would.
 
+    The launch configurations Inductor picks by timing a Triton kernel's candidates at its first
+    call are not kept (`autotune_local_cache` off, which the cache key leaves out): picked here, on
+    a GPU the other children share, they would be a busy GPU's choice; the worker times the
+    candidates itself at its first call, on its idle GPU, as it did before builds ahead."""
+    import torch
+    import torch._inductor.config as inductor
+
+    inductor.autotune_local_cache = False
     torch.cuda.set_device(device_index)
     problem = suite.problem(suite.load(kernel), shape, dtype, variant)
     tensors = {p.name: torch.zeros(p.shape, dtype=peers.torch_dtype(p.dtype), device="cuda")

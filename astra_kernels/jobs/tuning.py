@@ -114,9 +114,12 @@ class TuneReport(BaseModel):
         """One line: the wall seconds by phase; empty for a report from before tunes kept them."""
         if not self.seconds:
             return ""
-        parts = [f"{phase} {self.seconds[phase]:.0f}" for phase in TunePhases.NAMES[:-1] if phase in self.seconds]
-        whole = f"; the whole tune {self.seconds['tune']:.0f}" if "tune" in self.seconds else ""
-        return "wall seconds by phase, each summed over the shapes: " + ", ".join(parts) + whole
+        def listed(phases) -> str:
+            return ", ".join(f"{phase} {self.seconds[phase]:.0f}" for phase in phases if phase in self.seconds)
+
+        return (f"wall seconds by phase: at each shape, summed over them, {listed(TunePhases.PER_SHAPE)}; then "
+                f"{listed(TunePhases.AFTER)}" + (f"; the whole tune {self.seconds['tune']:.0f}" if "tune" in self.seconds
+                                                 else ""))
 
     @property
     def config_check_failures(self) -> list[CheckRow]:
@@ -155,7 +158,9 @@ class TunePhases:
     finalists' re-timing; then the general configuration across the shapes, the table's
     configurations checked away from them, the verification, and the whole tune."""
 
-    NAMES = ("baseline", "space", "search", "retime", "general", "config_checks", "verify", "tune")
+    PER_SHAPE = ("baseline", "space", "search", "retime")
+    AFTER = ("general", "config_checks", "verify")
+    NAMES = (*PER_SHAPE, *AFTER, "tune")
 
     def __init__(self, into: dict[str, float]):
         self.into, self.lock = into, threading.Lock()

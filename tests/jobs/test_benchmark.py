@@ -476,12 +476,18 @@ def _scripted_worker():
     from astra_kernels.tools.measuring.evaluation import EvaluationResult, Timing
     from astra_kernels.tools.measuring.worker import EvaluationWorker
 
+    from astra_kernels.jobs.torch_peers import PeerResult, measure_peer
+
     class Worker(EvaluationWorker):
         def __init__(self):
             self.device = {"name": "Scripted GPU", "arch": "sm_90", "multiprocessors": 132}
+            self.device_index = 0
             self.asked: list = []
 
         def call(self, function, *args, timeout_s=None):
+            if function is measure_peer:  # (kernel, shape, dtype, variant, mode, ...): no PyTorch here
+                self.asked.append(("peer", f"{args[0]} {args[4]}"))
+                return PeerResult(kernel=args[0], label="", mode=args[4], status="unavailable", message="scripted")
             assert function is draws.prefetch, function
             self.asked.append(("prefetch", [(problem.label, seed) for problem, seed in args[0]]))
             return 1
@@ -727,3 +733,40 @@ def test_a_file_written_whole_is_left_as_it_was_by_a_stop_mid_write(tmp_path, mo
     monkeypatch.undo()
     outputs.write_whole(target, "all rows")
     assert target.read_text() == "all rows"
+
+
+def test_the_torch_compile_peers_are_built_ahead_of_the_first_row(monkeypatch):
+    """With --torch compile on this host's GPU, every shape's peer is built by peer_builds.py before
+    the first row is timed (the worker's own compile then loads it); a build ahead that fails to
+    start only costs the time: the rows are measured all the same."""
+    from astra_kernels.jobs import peer_builds
+
+    built: list = []
+
+    def build_ahead(items, device_index=0, **kw):
+        built.append((list(items), device_index, [what for what, _ in worker.asked if what != "prefetch"]))
+        return peer_builds.BuiltAhead(built=len(items), seconds=0.5)
+
+    monkeypatch.setattr(peer_builds, "build_ahead", build_ahead)
+    monkeypatch.setattr(benchmark.importlib.util, "find_spec", lambda name: object())  # PyTorch "installed"
+    shapes = {"rmsnorm": [{"T": 16, "H": 4096}, {"T": 4, "H": 4096}], "topk_softmax": [{"T": 8, "E": 64, "K": 8}]}
+    worker, lines = _scripted_worker(), []
+    report = benchmark.bench(worker, shapes, torch_modes=("eager", "compile"), progress=lines.append)
+    items, device_index, asked_before = built[0]
+    assert items == [("rmsnorm", {"T": 16, "H": 4096}, "bf16", "default"), ("rmsnorm", {"T": 4, "H": 4096}, "bf16", "default"),
+                     ("topk_softmax", {"T": 8, "E": 64, "K": 8}, "bf16", "default")]
+    assert device_index == 0 and "peer" not in asked_before and len(report.rows) == 3
+    assert "torch.compile peers built ahead: 3 shape(s)" in "\n".join(lines)
+    assert report.ahead_seconds["torch_compile_build_ahead"] >= 0 and "before the rows: " in report.time_spent()
+
+    built.clear()  # eager only, or a worker of another host: nothing built here
+    benchmark.bench(_scripted_worker(), shapes, torch_modes=("eager",))
+    assert built == [] and not benchmark.builds_ahead(object())
+
+    def cannot_start(items, device_index=0, **kw):
+        raise OSError("no process can be started")
+
+    monkeypatch.setattr(peer_builds, "build_ahead", cannot_start)
+    lines.clear()
+    report = benchmark.bench(_scripted_worker(), shapes, torch_modes=("compile",), progress=lines.append)
+    assert len(report.rows) == 3 and "torch.compile peers not built ahead (OSError" in "\n".join(lines)

@@ -19,6 +19,10 @@ HERE = __name__.rpartition(".")[2]  # the module's own name, as `python -m` runs
 def fake_build(kernel, shape, dtype, variant, device_index):
     """Where the shape says "hang", wait past any deadline; else write what was built, by which
     process, into the folder named by the kernel, failing where the shape says "bad"."""
+    if shape.get("noisy"):  # a library printing: more than a pipe holds, and a line that is JSON
+        print("42\n" + "x" * (1 << 17), flush=True)
+    if shape.get("exit"):
+        os._exit(3)
     if shape.get("hang"):
         Path(kernel, f"{os.getpid()}.pid").write_text("")
         time.sleep(600)
@@ -31,7 +35,7 @@ def fake_build(kernel, shape, dtype, variant, device_index):
 def test_every_shape_is_built_once_spread_over_the_children_and_a_failure_is_counted(tmp_path):
     items = [(str(tmp_path), {"T": t}, "bf16", "default") for t in range(1, 8)]
     items.append((str(tmp_path), {"T": 99, "bad": 1}, "bf16", "default"))
-    built = peer_builds.build_ahead(items, device_index=3, processes=3, child=HERE)
+    built = peer_builds.build_ahead(items, device_index=3, children=3, child=HERE)
     assert built.built == 7 and built.left == 0
     assert len(built.failed) == 1 and "RuntimeError: this shape does not compile" in built.failed[0]
     assert "second line" not in built.failed[0]  # one line each
@@ -45,9 +49,10 @@ def test_every_shape_is_built_once_spread_over_the_children_and_a_failure_is_cou
 def test_the_deadline_leaves_no_child_running(tmp_path):
     items = [(str(tmp_path), {"T": t, "hang": 1}, "bf16", "default") for t in range(4)]
     started = time.perf_counter()
-    built = peer_builds.build_ahead(items, processes=2, deadline_s=3.0, child=HERE)
-    assert time.perf_counter() - started < 30
-    assert built.built == 0 and built.left == 4 and "4 left" in built.line()
+    built = peer_builds.build_ahead(items, children=2, deadline_s=10.0, child=HERE)
+    assert time.perf_counter() - started < 40
+    assert built.built == 0 and built.left == 4 and built.deadline_passed
+    assert "4 left to compile as they come (the deadline passed)" in built.line()
     pids = [int(p.stem) for p in tmp_path.glob("*.pid")]
     assert len(pids) == 2
     for pid in pids:
@@ -56,6 +61,16 @@ def test_the_deadline_leaves_no_child_running(tmp_path):
         except ProcessLookupError:
             continue
         raise AssertionError(f"child {pid} outlived build_ahead")
+
+
+def test_what_else_a_child_prints_neither_blocks_it_nor_counts_and_a_child_that_dies_is_said(tmp_path):
+    items = [(str(tmp_path), {"T": 1, "noisy": 1}, "bf16", "default"), (str(tmp_path), {"T": 2}, "bf16", "default")]
+    started = time.perf_counter()
+    built = peer_builds.build_ahead(items, children=1, deadline_s=60.0, child=HERE)
+    assert (built.built, built.failed, built.left) == (2, [], 0) and time.perf_counter() - started < 30
+    items = [(str(tmp_path), {"T": 3, "exit": 1}, "bf16", "default"), (str(tmp_path), {"T": 4}, "bf16", "default")]
+    built = peer_builds.build_ahead(items, children=1, deadline_s=60.0, child=HERE)
+    assert built.left == 2 and not built.deadline_passed and "(a child ended before them)" in built.line()
 
 
 def test_nothing_to_build_starts_nothing():

@@ -1,6 +1,7 @@
 """A peer built ahead in a child process (jobs/peer_builds.py) is what the benchmark's own compile of
 that shape then loads: measure_peer's torch.compile finds it in Inductor's on-disk cache (a hit, no
-miss) and times it correctly, for every kernel of the suite. Fresh cache folders, so a hit can only
+miss) and times it correctly, for every kernel of the suite; the child kept no launch configuration
+it timed (those are picked by the worker, on its idle GPU). Fresh cache folders, so a hit can only
 come from the child's build."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def test_the_benchmarks_compile_loads_the_peer_built_ahead(name, tmp_path, monke
     shape, dtype = _sweep_shape(name), spec.dtypes[0]
     built = peer_builds.build_ahead([(name, shape, dtype, "default")], deadline_s=300)
     assert (built.built, built.failed) == (1, []), built.line()
+    # the launch configurations Inductor times at a kernel's first call are the worker's to pick
+    assert not list((tmp_path / "inductor").rglob("*.best_config"))
     from torch._dynamo.utils import counters
 
     counters.clear()
