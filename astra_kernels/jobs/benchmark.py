@@ -305,7 +305,8 @@ class BenchReport(BaseModel):
         lines = []
         if spent:
             lines.append(f"wall seconds by part over {sum(1 for r in self.rows if r.seconds)} shapes: "
-                         + ", ".join(f"{part} {seconds:.0f}" for part, seconds in spent.items()))
+                         + ", ".join(f"{part} {seconds:.0f}" for part, seconds in spent.items())
+                         + (" (a peer's build is part of its seconds)" if any(p.endswith("_build") for p in spent) else ""))
         if self.ahead_seconds:
             lines.append("before the rows: " + ", ".join(f"{part} {seconds:.0f}"
                                                         for part, seconds in self.ahead_seconds.items()))
@@ -718,7 +719,7 @@ def render_markdown(report: BenchReport) -> str:
         lines += ["| " + " | ".join(map(md_text, cells)) + " |" for cells in pdl_rows]
     lines += ["", "## Goals (issues 5 and 18), as measured", ""] + [f"- {md_text(g)}" for g in report.goals()]
     if spent := report.time_spent():
-        lines += ["", md_text(spent[0].upper() + spent[1:]) + " (a build is part of its peer's seconds)."]
+        lines += ["", md_text(spent[0].upper() + spent[1:]) + "."]
     problems = [(r, which, status) for r in report.rows
                 for which, status in (("baseline", r.baseline_status), ("tuned", r.tuned_status), ("PDL", r.pdl_status),
                                       ("SGLang JIT", r.sglang_jit_status),

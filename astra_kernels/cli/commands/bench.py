@@ -308,7 +308,7 @@ def _bench_outputs(args, report) -> int:
         for line in report.goals():
             console.print(line, highlight=False)
         if spent := report.time_spent():
-            console.print(spent + " (a peer's build is part of its seconds)", highlight=False)
+            console.print(spent, highlight=False)
     if out and not args.json:
         console.print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.svg'}")
     return 0
