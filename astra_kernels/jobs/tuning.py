@@ -105,15 +105,16 @@ class TuneReport(BaseModel):
     # every configuration the table can run, checked (not timed) away from its tuned shapes: at the
     # kernel's odd shapes in each of its dtypes and variants (check_table_configs)
     config_checks: list[CheckRow] = Field(default_factory=list)
-    # Wall seconds by phase (TunePhases.NAMES), each summed over the shapes: where a tune's time went
-    # (issue 42's goal of a whole sweep in ten minutes). Shapes tuned side by side (--workers) sum to
-    # more than the wall time; "tune" is the wall time of the whole.
+    # Wall seconds by phase (TunePhases.NAMES): where a tune's time went (issue 42's goal of a whole
+    # sweep in ten minutes). The per-shape phases are summed over the shapes, so shapes tuned side by
+    # side (--workers) sum to more than the wall time; "tune" is the wall time of the whole.
     seconds: dict[str, float] = Field(default_factory=dict)
 
     def time_spent(self) -> str:
         """One line: the wall seconds by phase; empty for a report from before tunes kept them."""
         if not self.seconds:
             return ""
+
         def listed(phases) -> str:
             return ", ".join(f"{phase} {self.seconds[phase]:.0f}" for phase in phases if phase in self.seconds)
 
