@@ -90,3 +90,59 @@ def test_suite_template_space_at_a_shape():
     assert report.after_hardware == len(report.candidates) <= report.after_compile <= report.after_constraints
     assert report.candidates, report.reasons()
     assert len(report.pruned) + len(report.candidates) == 40
+
+
+SWEPT = """
+//@ kernel: k
+//@ param THREADS: 32, 64, 128, 256
+//@ param VEC: 1, 2, 4, 8
+//@ param BROKEN: 0, 1      -- a value that does not compile
+//@ require H % (THREADS * VEC) == 0 -- the row splits evenly
+//@ grid: T
+//@ block: THREADS
+extern "C" __global__ void k(float* y) {
+#if BROKEN
+    this does not compile;
+#endif
+    y[blockIdx.x * THREADS * VEC + threadIdx.x] = VEC;
+}
+"""
+
+
+def _compare(report):
+    """What a SpaceReport says, without its objects' identities."""
+    return (report.total, report.after_constraints, report.after_compile,
+            [(c.config, c.grid, c.resources) for c in report.candidates],
+            sorted((tuple(p.config.items()), p.stage, p.reason) for p in report.pruned))
+
+
+def test_a_sweeps_shapes_of_one_width_screen_and_compile_once(monkeypatch):
+    """At the second token count of a width the space is the one a fresh process builds there (the
+    grid its own), with no compile asked for: the constraint stage and the compile verdicts (an
+    error too) are the first shape's."""
+    from astra_kernels.tools.search import space as space_module
+
+    template = parse_template(SWEPT, "swept.cu", {"T", "H"})
+    asked: list[int] = []
+    real = space_module.compile_many
+
+    def counting(variants, **kwargs):
+        variants = list(variants)
+        asked.append(len(variants))
+        return real(variants, **kwargs)
+
+    monkeypatch.setattr(space_module, "compile_many", counting)
+    options = CompileOptions(arch="sm_90")
+    first = build_space(template, {"T": 3, "H": 256}, options, H100)
+    assert asked == [first.after_constraints] and first.after_constraints > first.after_compile > 0
+    assert any(p.stage == "compile" for p in first.pruned)
+    second = build_space(template, {"T": 5, "H": 256}, options, H100)
+    assert asked[1:] == [0]
+    assert {c.grid for c in second.candidates} == {(5,)}
+    other_width = build_space(template, {"T": 5, "H": 64}, options, H100)
+    assert other_width.after_constraints < first.after_constraints  # screened again: fewer rows split evenly
+
+    space_module._constrained_memo.clear()
+    space_module._compiled_memo.clear()
+    assert _compare(second) == _compare(build_space(template, {"T": 5, "H": 256}, options, H100))
+    assert _compare(other_width) == _compare(build_space(template, {"T": 5, "H": 64}, options, H100))
