@@ -27,12 +27,15 @@ from . import tuning
 
 def tune_on_cluster(pool: WorkerPool, requests: list[tuning.TuneRequest], stores: dict[str, ResultsStore], *,
                     recordings: dict[str, str] | None = None, compile_on_cluster: bool = True,
-                    starts: dict[tuple[str, str], DispatchTable] | None = None
+                    starts: dict[tuple[str, str], DispatchTable] | None = None,
+                    ontos: dict[tuple[str, str], DispatchTable] | None = None
                     ) -> dict[tuple[str, str], tuning.TuneReport]:
     """Tune every request on every GPU kind of `pool`; reports by (GPU kind, kernel). `stores`: each
     kernel's results store (by name); `recordings`: a replay's, each kernel's recording (by name)
     the workers answer it from; `starts`: by (GPU kind, kernel), the table whose picks that kind's
-    search measures first where the request names none (the table shipped for that kind, say).
+    search measures first where the request names none (the table shipped for that kind, say);
+    `ontos`: by (GPU kind, kernel), the table that kind's table is tuned onto where the request names
+    none (TuneRequest.onto).
     With `compile_on_cluster`, compiles are tasks on the cluster's CPUs (else this host's cores)."""
     # A replay tunes a kernel only on the GPU kinds its recording holds: on another, every
     # evaluation would be unrecorded (silu_and_mul's H200 recording beside rmsnorm's H100 one).
@@ -48,6 +51,8 @@ def tune_on_cluster(pool: WorkerPool, requests: list[tuning.TuneRequest], stores
         evaluator = StoredEvaluator(view, stores[name], run_id=f"tune-{name}")
         if request.start is None and (kind, name) in (starts or {}):
             request = dataclasses.replace(request, start=starts[(kind, name)])
+        if request.onto is None and (kind, name) in (ontos or {}):
+            request = dataclasses.replace(request, onto=ontos[(kind, name)])
         report = tuning.tune(request, view, evaluator, parallel=max(len(request.shapes), len(request.verify), 1))
         return (kind, name), report
 

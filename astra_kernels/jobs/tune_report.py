@@ -113,6 +113,9 @@ def render_markdown(report: TuneReport) -> str:
         lines += [f"General configuration: `{report.general}`", ""]
     if report.general_cut:
         lines += [f"Note: {report.general_cut}.", ""]
+    if report.kept_entries:
+        lines += [f"The table also keeps {report.kept_entries} entries of the table it was tuned onto (--onto), at "
+                  "shapes not tuned here.", ""]
     lines += ["## Best configuration per shape", ""]
     for s in report.shapes:
         lines.append(f"- {s.label}: `{s.search.best_config}`"

@@ -109,6 +109,8 @@ class TuneReport(BaseModel):
     # sweep in ten minutes). The per-shape phases are summed over the shapes, so shapes tuned side by
     # side (--workers) sum to more than the wall time; "tune" is the wall time of the whole.
     seconds: dict[str, float] = Field(default_factory=dict)
+    # tuned onto another table (TuneRequest.onto): how many of its entries, at shapes not tuned here, the table keeps
+    kept_entries: int = 0
 
     def time_spent(self) -> str:
         """One line: the wall seconds by phase; empty for a report from before tunes kept them."""
@@ -189,7 +191,9 @@ class TuneRequest:
     measured before the search there (start_configs), so a re-tune after the template changed
     keeps what the last one found wherever the search does no better. The spec's seeds (the
     production kernel's own configurations: seed_configs) are measured in that first round too,
-    with or without `start`. `verify`: shapes the finished table is run and checked at."""
+    with or without `start`. `onto`: a table of the same kernel, dtype, variant and regime whose
+    entries at shapes not tuned here the finished table keeps (DispatchTable.onto): a width or a few
+    token counts tuned onto a shipped table. `verify`: shapes the finished table is run and checked at."""
 
     folder: suite.KernelFolder
     shapes: list[dict[str, int]]
@@ -204,6 +208,7 @@ class TuneRequest:
     max_spill_bytes: int = 0
     l2: str = "cold"
     start: DispatchTable | None = None
+    onto: DispatchTable | None = None
     verify: list[dict[str, int]] = field(default_factory=list)
 
 
@@ -318,6 +323,8 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
         progress(report.general_cut, None)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
                                     entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes])
+    if tune_request.onto is not None:  # before the checks: every configuration the table runs is checked
+        report.dispatch, report.kept_entries = report.dispatch.onto(tune_request.onto)
     with phases.timing("config_checks"):
         check_table_configs(report, folder, worker, evaluator, progress, parallel)
     with phases.timing("verify"):

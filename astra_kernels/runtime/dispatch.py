@@ -152,6 +152,32 @@ class DispatchTable(BaseModel):
                     f"than the one it names")
         return None
 
+    def onto(self, base: "DispatchTable") -> tuple["DispatchTable", int]:
+        """This table's entries over `base`'s: `base`'s entries at shapes this table has none at are
+        kept (with the named sources they run), then this table's; its general configuration, else
+        `base`'s. The table and how many of `base`'s entries it kept.
+
+        How a tune of a few shapes (a model's width, token counts re-tuned with a larger budget)
+        extends or mends a shipped table rather than replacing it, which would leave every other
+        shape to the nearest of the few. Both must be tables of one kernel, dtype, variant and L2
+        regime: a pick timed warm among picks timed cold is a table of neither regime."""
+        mine, theirs = (self.kernel, self.dtype, self.variant, self.l2), (base.kernel, base.dtype, base.variant, base.l2)
+        if mine != theirs:
+            raise suite.AstraError(f"a table of {base.kernel} in {base.dtype} ({base.variant}) tuned with {base.l2} L2 "
+                                   f"cannot take entries of {self.kernel} in {self.dtype} ({self.variant}) tuned with "
+                                   f"{self.l2} L2")
+        tuned = {tuple(sorted(e.shape.items())) for e in self.entries}
+        kept = [e for e in base.entries if tuple(sorted(e.shape.items())) not in tuned]
+        sources = {n: base.sources[n] for n in dict.fromkeys(e.source for e in kept) if n in base.sources}
+        for name, text in self.sources.items():
+            if sources.get(name, text) != text:
+                raise suite.AstraError(f"both tables name a source {name!r}, with different code: rename one "
+                                       "before putting one table onto the other")
+        table = DispatchTable(kernel=self.kernel, dtype=self.dtype, variant=self.variant, l2=self.l2,
+                              general=self.general or base.general, sources={**sources, **self.sources},
+                              entries=[*kept, *self.entries])
+        return table, len(kept)
+
     def source_names(self) -> list[str]:
         """Every source the table can launch, in a fixed order: the folder's template and baseline, then its own."""
         return [*FOLDER_SOURCES, *self.sources]

@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import time
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
@@ -15,12 +16,14 @@ from astra_kernels import cli
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.jobs import checking, tune_report, tuning
 from astra_kernels.tools.toolchain.driver import gpu_available
-from astra_kernels.tools.errors import NoGpuError
+from astra_kernels.tools.errors import AstraError, NoGpuError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore
 from astra_kernels.tools.search.runner import Budget, StoredEvaluator
 
 from support.scripted_gpu import FOLDER, SHAPES, ScriptedWorker, row_sample
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(store, worker, **kw):
@@ -550,3 +553,60 @@ def test_a_clusters_view_is_handed_the_same_draws_to_share_out(tmp_path):
     first = View.told[0]
     assert len(first) == len(set(first))
     assert list(dict.fromkeys(label for label, _ in first)) == [f"silu_and_mul {FOLDER.spec.label(s)} bf16" for s in SHAPES]
+
+
+def test_a_tune_onto_a_table_keeps_its_entries_where_it_tuned_nothing(tmp_path):
+    """`--onto`: the table written extends the one given. Its entries at shapes not tuned now stay
+    (with the named sources they run), a shape tuned now takes the new pick, and the report says
+    how many were kept; a table of another regime, kernel or dtype is refused, not mixed in."""
+    from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
+
+    old = {"THREADS": 128, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    rewrite = FOLDER.source_of("baseline").source  # a model's rewrite, say
+    base = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", general=old,
+                         sources={"model": rewrite},
+                         entries=[DispatchEntry(shape={"T": 16, "D": 4096}, config=old),  # tuned again below
+                                  DispatchEntry(shape={"T": 1, "D": 14336}, config=old),
+                                  DispatchEntry(shape={"T": 8, "D": 18944}, config={}, source="model")])
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES[:1], "bf16", configs=row_sample(12, seed=2), seed=2,
+                                                strategy="exhaustive", onto=base),
+                             ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
+    table = report.dispatch
+    entries = {FOLDER.spec.label(e.shape): e for e in table.entries}
+    assert set(entries) == {"16x4096", "1x14336", "8x18944"} and report.kept_entries == 2
+    assert entries["16x4096"].config == report.shapes[0].search.best_config != old
+    assert entries["1x14336"].config == old and entries["8x18944"].source == "model"
+    assert table.sources == {"model": rewrite} and table.general == report.general
+    assert table.pick({"T": 1, "D": 14336}).picked_by == "tuned"
+    assert {json.dumps(r.config, sort_keys=True) for r in report.config_checks} >= {json.dumps(old, sort_keys=True)}
+    assert "keeps 2 entries of the table it was tuned onto" in tune_report.render_markdown(report)
+
+    for other in (base.model_copy(update={"l2": "warm"}), base.model_copy(update={"dtype": "fp16"})):
+        with pytest.raises(AstraError, match="cannot take entries"):
+            table.onto(other)
+    mine = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", sources={"model": rewrite + "\n"},
+                         entries=[DispatchEntry(shape={"T": 2, "D": 4096}, config={}, source="model")])
+    with pytest.raises(AstraError, match="different code"):  # base's 8x18944 runs its own "model"
+        mine.onto(base)
+    assert mine.model_copy(update={"entries": [DispatchEntry(shape={"T": 8, "D": 18944}, config={}, source="model")]}
+                           ).onto(base)[1] == 2  # base's entry there replaced: its source not carried, no clash
+
+
+def test_onto_given_on_the_command_line_is_checked_before_any_gpu_work(tmp_path, capsys):
+    table = tmp_path / "warm.json"
+    shipped = json.loads((ROOT / "kernels_sglang" / "tuned" / "h200" / "warm" / "silu_and_mul.json").read_text())
+    table.write_text(json.dumps(shipped))
+    cases = [
+        (["--onto", str(table)], "was tuned with warm L2 and this tune times with cold L2"),
+        (["--onto", str(tmp_path / "none.json")], "--onto"),
+        (["--onto", " "], "--onto needs a table"),
+        (["--onto", str(table), "rmsnorm"], "--onto TABLE is one kernel's table"),
+    ]
+    for extra, said in cases:
+        kernels = ["silu_and_mul", *[a for a in extra if a == "rmsnorm"]]
+        flags = [a for a in extra if a != "rmsnorm"]
+        assert cli.main(["tune", *kernels, *flags, "--out", str(tmp_path / "out")]) == 2
+        captured = capsys.readouterr()
+        said_all = captured.out + captured.err
+        assert said in said_all and "Traceback" not in said_all and len(said_all.strip().splitlines()) == 1, said_all

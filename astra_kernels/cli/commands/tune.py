@@ -47,6 +47,11 @@ def add_parser(sub) -> None:
                            "dispatch.json or astra tune output folder, for every kind); a parameter the template "
                            "gained after the table was made is set to its default. A re-tune after a template change then keeps the table's picks wherever the "
                            "search finds nothing faster; the start round counts against --budget and --seconds")
+    tune.add_argument("--onto", metavar="TABLE",
+                      help="keep this dispatch table's entries at the shapes not tuned now, so the table written "
+                           "extends it (a model's width, token counts tuned again with a larger budget) instead of "
+                           "replacing it (`shipped`: the table shipped for this GPU in the --l2 regime; or a "
+                           "dispatch.json or astra tune output folder of the same kernel, dtype, variant and regime)")
     tune.add_argument("--l2", choices=L2_REGIMES, default="cold",
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
                            "default) or warm (inputs resident, as in decode); the dispatch table records it")
@@ -70,10 +75,11 @@ def run(args) -> int:
 
     check_cluster_arguments(args)
     kernels = list(dict.fromkeys(args.kernel))
-    if args.start is not None and not args.start.strip():
-        raise UsageError("--start needs a table: shipped, a dispatch.json or an astra tune output folder")
-    if args.start and args.start != "shipped" and len(kernels) > 1:
-        raise UsageError("--start TABLE is one kernel's table: give one kernel, or --start shipped")
+    for flag, value in (("--start", args.start), ("--onto", args.onto)):
+        if value is not None and not value.strip():
+            raise UsageError(f"{flag} needs a table: shipped, a dispatch.json or an astra tune output folder")
+        if value and value != "shipped" and len(kernels) > 1:
+            raise UsageError(f"{flag} TABLE is one kernel's table: give one kernel, or {flag} shipped")
     if len(kernels) > 1 and args.store and args.replay and args.ray is None:
         raise UsageError("--store with --replay and several kernels: each replay works on its own copy of its "
                          "kernel's recording; leave --store out (each goes to OUT/KERNEL/results.sqlite)")
@@ -121,7 +127,8 @@ def tune_requests(args) -> list:
             folder, shapes[spec.name], dtype, args.variant, strategy=args.strategy,
             budget=Budget(evaluations=args.budget, seconds=seconds, at_least=args.at_least), search_rounds=args.search_rounds,
             seed=args.seed, sample=args.sample, max_spill_bytes=args.max_spill_bytes, l2=args.l2,
-            start=_start_table(args, spec, dtype), verify={"tuned": [], "sets": spec.all_shapes()}[args.verify]))
+            start=_table_argument("--start", args.start, args, spec, dtype),
+            onto=_table_argument("--onto", args.onto, args, spec, dtype, same_l2=True), verify={"tuned": [], "sets": spec.all_shapes()}[args.verify]))
     return requests
 
 
@@ -153,7 +160,10 @@ def _tune_on_cluster(args, requests: list) -> int:
         kinds = pool.kinds
         starts = {(kind, r.folder.spec.name): table for kind in kinds for r in requests if r.start is None
                   and (table := _shipped_start(args, r.folder.spec, r.dtype, kind)) is not None}
-        reports = cluster_tuning.tune_on_cluster(pool, requests, stores, recordings=recordings, starts=starts)
+        ontos = {(kind, r.folder.spec.name): table for kind in kinds for r in requests if r.onto is None
+                 and (table := _shipped_onto(args, r.folder.spec, r.dtype, kind)) is not None}
+        reports = cluster_tuning.tune_on_cluster(pool, requests, stores, recordings=recordings, starts=starts,
+                                                 ontos=ontos)
     code, printed = 0, []
     for (kind, name), report in reports.items():
         request = requests[names.index(name)]
@@ -206,6 +216,8 @@ def _tune_one(args, request, reports: list) -> int:
         evaluator = StoredEvaluator(worker, store, run_id=f"tune-{spec.name}")
         if request.start is None:
             request = dataclasses.replace(request, start=_shipped_start(args, spec, request.dtype, worker.device["name"]))
+        if request.onto is None:
+            request = dataclasses.replace(request, onto=_shipped_onto(args, spec, request.dtype, worker.device["name"]))
         if isinstance(worker, EvaluationWorker):  # the GPU's launch floor, kept for a replay of the store
             record_launch_floor(worker, store)
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
@@ -256,25 +268,45 @@ def _shipped_start(args, spec, dtype: str, device: str):
     return table
 
 
-def _start_table(args, spec, dtype: str):
-    """--start TABLE read before any GPU work, so a wrong file is one line, not a lost run
-    (`shipped` is resolved once the GPU is known)."""
+def _shipped_onto(args, spec, dtype: str, device: str):
+    """With --onto shipped, the table shipped for `device` in the --l2 regime (never the other
+    regime's: DispatchTable.onto), saying which; None, said, where none is shipped."""
+    if args.onto != "shipped":
+        return None
+    from astra_kernels.jobs.benchmark import shipped_table_for
+
+    table = shipped_table_for(spec.name, device, dtype, args.variant, args.l2)
+    table = table if table is not None and table.l2 == args.l2 else None
+    messages(args).print(
+        f"tuning onto the {spec.name} table shipped for {device} ({len(table.entries)} entries, {table.l2} L2)" if table
+        else f"no {spec.name} table in {dtype} ({args.variant}) tuned with {args.l2} L2 is shipped for {device}: "
+             "the table written holds this run's shapes only", highlight=False)
+    return table
+
+
+def _table_argument(flag: str, value: str | None, args, spec, dtype: str, same_l2: bool = False):
+    """A TABLE given to --start or --onto, read before any GPU work, so a wrong file is one line,
+    not a lost run (`shipped` is resolved once the GPU is known). `same_l2`: the table must have
+    been tuned in the --l2 regime (--onto: a table of one regime)."""
     from astra_kernels.jobs.benchmark import load_table
     from astra_kernels.tools.errors import AstraError, UsageError
 
-    if not args.start or args.start == "shipped":
+    if not value or value == "shipped":
         return None
     try:
-        table = load_table(Path(args.start))
+        table = load_table(Path(value))
     except AstraError as exc:  # no such file
-        raise UsageError(f"--start: {exc}") from None
+        raise UsageError(f"{flag}: {exc}") from None
     except OSError as exc:
-        raise UsageError(f"--start {args.start}: {exc.strerror or exc}") from None
+        raise UsageError(f"{flag} {value}: {exc.strerror or exc}") from None
     except ValueError as exc:  # pydantic's: not a dispatch table
-        raise UsageError(f"--start {args.start}: not a dispatch table ({str(exc).splitlines()[0]})") from None
+        raise UsageError(f"{flag} {value}: not a dispatch table ({str(exc).splitlines()[0]})") from None
     if (table.kernel, table.dtype, table.variant) != (spec.name, dtype, args.variant):
-        raise UsageError(f"--start {args.start} is a table of {table.kernel} in {table.dtype} ({table.variant}), "
+        raise UsageError(f"{flag} {value} is a table of {table.kernel} in {table.dtype} ({table.variant}), "
                          f"not of {spec.name} in {dtype} ({args.variant})")
+    if same_l2 and table.l2 != args.l2:
+        raise UsageError(f"{flag} {value} was tuned with {table.l2} L2 and this tune times with {args.l2} L2: "
+                         f"give --l2 {table.l2}, or a table of the {args.l2} regime")
     return table
 
 
