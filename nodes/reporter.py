@@ -239,8 +239,11 @@ def dispatch_table(state: AgentState, l2: str = "cold") -> DispatchTable:
             name = f"candidate-{entry.candidate}"
             sources[name] = source
         entries.append(DispatchEntry(shape=shape, config=entry.config, median_us=entry.median_us, source=name))
+    device = (state.get("gpu") or {}).get("device") or {}
     return DispatchTable(kernel=state["kernel"], dtype=state["dtype"], variant="default", entries=entries,
-                         sources=sources, l2=l2)
+                         sources=sources, l2=l2,
+                         tuned_on=f"{device['name']} ({device.get('arch', '?')})" if device.get("name") else None,
+                         tuned_date=datetime.now(UTC).isoformat(timespec="seconds") if device.get("name") else None)
 
 
 def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:

@@ -322,7 +322,8 @@ def tune(tune_request: TuneRequest, worker, evaluator: StoredEvaluator, *, paral
     if progress and report.general_cut:
         progress(report.general_cut, None)
     report.dispatch = DispatchTable(kernel=spec.name, dtype=dtype, variant=variant, general=report.general, l2=l2,
-                                    entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes])
+                                    entries=[_entry(s, cross_measured.get(s.label, [])) for s in report.shapes],
+                                    tuned_on=f"{report.device} ({report.arch})", tuned_date=report.recorded or report.date)
     if tune_request.onto is not None:  # before the checks: every configuration the table runs is checked
         report.dispatch, report.kept_entries = report.dispatch.onto(tune_request.onto)
     with phases.timing("config_checks"):

@@ -80,6 +80,11 @@ class Pick(NamedTuple):
     source: str = "template"
 
 
+def _gpu(tuned_on: str) -> str:
+    """The GPU of a `tuned_on` ("NVIDIA H200 (sm_90)" -> "NVIDIA H200")."""
+    return re.sub(r"\s*\(sm_\w+\)$", "", tuned_on)
+
+
 class DispatchTable(BaseModel):
     kernel: str
     dtype: str
@@ -88,6 +93,11 @@ class DispatchTable(BaseModel):
     general: dict[str, int] | None = None
     sources: dict[str, str] = {}  # name -> source text: kernels of this table besides the folder's two
     l2: L2Regime = "cold"  # the L2 regime it was tuned in
+    # Where and when it was tuned (the GPU as its tuning report names it, "NVIDIA H200 (sm_90)", and
+    # the date, ISO 8601; a replay's: its recording's): `astra export`'s header says a table's age and
+    # device from these, which a shipped table has no report beside it to tell. None: not recorded.
+    tuned_on: str | None = None
+    tuned_date: str | None = None
     _parsed: dict = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -166,6 +176,9 @@ class DispatchTable(BaseModel):
             raise suite.AstraError(f"a table of {base.kernel} in {base.dtype} ({base.variant}) tuned with {base.l2} L2 "
                                    f"cannot take entries of {self.kernel} in {self.dtype} ({self.variant}) tuned with "
                                    f"{self.l2} L2")
+        if self.tuned_on and base.tuned_on and _gpu(self.tuned_on) != _gpu(base.tuned_on):
+            raise suite.AstraError(f"a table tuned on {base.tuned_on} cannot take entries tuned on {self.tuned_on}: "
+                                   "each GPU kind's picks are its own table")
         tuned = {tuple(sorted(e.shape.items())) for e in self.entries}
         kept = [e for e in base.entries if tuple(sorted(e.shape.items())) not in tuned]
         sources = {n: base.sources[n] for n in dict.fromkeys(e.source for e in kept) if n in base.sources}
@@ -175,7 +188,8 @@ class DispatchTable(BaseModel):
                                        "before putting one table onto the other")
         table = DispatchTable(kernel=self.kernel, dtype=self.dtype, variant=self.variant, l2=self.l2,
                               general=self.general or base.general, sources={**sources, **self.sources},
-                              entries=[*kept, *self.entries])
+                              entries=[*kept, *self.entries], tuned_on=self.tuned_on or base.tuned_on,
+                              tuned_date=self.tuned_date or base.tuned_date)
         return table, len(kept)
 
     def source_names(self) -> list[str]:

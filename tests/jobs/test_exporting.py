@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -604,3 +605,26 @@ def test_the_rotary_drop_in_takes_sglangs_qkv_views_and_falls_back_where_the_exp
     calls.clear()
     empty = torch.zeros(0, 512, dtype=torch.bfloat16)
     assert rope(torch.arange(0), empty, empty[:, :256], 128, cache, True) is None and calls == []
+
+def test_the_header_says_where_and_how_long_ago_a_shipped_table_was_tuned(tmp_path):
+    """Issue 42: a table's age and device in the export's header. A shipped table has no tuning
+    report beside it, so the table carries them (tuned_on, tuned_date); a table with neither says so."""
+    from astra_kernels.jobs.exporting.cuda_file import _age
+
+    source = export.resolve_source(None, gpu_kind="h200", kernel="topk_softmax", l2="warm")
+    assert source.device == "NVIDIA H200 (sm_90)" and source.tuned_date.startswith("2026-11-29T")
+    export.export(source, tmp_path / "out")
+    head = (tmp_path / "out" / "topk_softmax.cu").read_text().split("#define DTYPE")[0]
+    assert re.search(r"Tuned on:      NVIDIA H200 \(sm_90\), 2026-11-29T\S+(, the day of this export|, 1 day before|, \d+ days "
+                     r"before this export) \(times with warm L2\)", head), head
+    assert _age("2026-11-26", "2026-11-29T10:00:00+00:00") == ", 3 days before this export"
+    assert _age("2026-11-29T23:59:00+00:00", "2026-11-29T00:01:00+00:00") == ", the day of this export"
+    assert _age("not recorded", "2026-11-29T00:01:00+00:00") == _age("2026-11-30", "2026-11-29T00:00:00+00:00") == ""
+    bare = json.loads((tuned_tables.TUNED_DIR / "h200" / "merge_attn_states.json").read_text())
+    del bare["tuned_on"], bare["tuned_date"]
+    (tmp_path / "bare.json").write_text(json.dumps(bare))
+    assert export.resolve_source(tmp_path / "bare.json").tuned_date == "not recorded"
+    for folder in tuned_tables.TUNED_DIR.iterdir():  # every shipped table says where and when
+        for table in folder.rglob("*.json"):
+            data = json.loads(table.read_text())
+            assert data["tuned_on"].startswith("NVIDIA " + folder.name.upper()) and data["tuned_date"][:4] == "2026", table

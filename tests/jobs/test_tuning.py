@@ -578,13 +578,17 @@ def test_a_tune_onto_a_table_keeps_its_entries_where_it_tuned_nothing(tmp_path):
     assert entries["16x4096"].config == report.shapes[0].search.best_config != old
     assert entries["1x14336"].config == old and entries["8x18944"].source == "model"
     assert table.sources == {"model": rewrite} and table.general == report.general
+    assert table.tuned_on == f"{report.device} ({report.arch})" and table.tuned_date == report.date  # where and when: this run
     assert table.pick({"T": 1, "D": 14336}).picked_by == "tuned"
     assert {json.dumps(r.config, sort_keys=True) for r in report.config_checks} >= {json.dumps(old, sort_keys=True)}
     assert "keeps 2 entries of the table it was tuned onto" in tune_report.render_markdown(report)
 
-    for other in (base.model_copy(update={"l2": "warm"}), base.model_copy(update={"dtype": "fp16"})):
+    for other in (base.model_copy(update={"l2": "warm"}), base.model_copy(update={"dtype": "fp16"}),
+                  base.model_copy(update={"tuned_on": "NVIDIA H100 80GB HBM3 (sm_90)"})):
         with pytest.raises(AstraError, match="cannot take entries"):
             table.onto(other)
+    same_gpu = base.model_copy(update={"tuned_on": table.tuned_on.replace("sm_90", "sm_90a")})  # another arch name, one GPU
+    assert table.onto(same_gpu)[1] == 0  # every shape of base is the table's already
     mine = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", sources={"model": rewrite + "\n"},
                          entries=[DispatchEntry(shape={"T": 2, "D": 4096}, config={}, source="model")])
     with pytest.raises(AstraError, match="different code"):  # base's 8x18944 runs its own "model"

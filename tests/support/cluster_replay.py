@@ -76,10 +76,12 @@ def rows(store: ResultsStore) -> dict:
 
 
 def comparable(report: tuning.TuneReport, *, reuse: bool = True) -> dict:
-    """The report less its date and wall times (and, with reuse=False, which trials a store answered)."""
+    """The report less its dates and wall times (and, with reuse=False, which trials a store answered)."""
     data = json.loads(report.model_dump_json())
     data.pop("date")
     data.pop("seconds")
+    if data.get("dispatch"):
+        data["dispatch"].pop("tuned_date")  # the run's date, where no recording gave one
     for shape in data["shapes"]:
         shape["search"].pop("seconds")
         if not reuse:

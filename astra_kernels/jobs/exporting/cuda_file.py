@@ -107,7 +107,8 @@ def resolve_source(source: str | Path | None, gpu_kind: str | None = None,
                               f"{kind} {regime} has: {', '.join(have) or 'none'}"
                               + "".join(f"; a {r} one is (--l2 {r})" for r in elsewhere))
         table = _read_table(path)
-        return TableSource(table, path, f"NVIDIA {kind.upper()}", "date not recorded in the shipped table")
+        return TableSource(table, path, table.tuned_on or f"NVIDIA {kind.upper()}",
+                           table.tuned_date or "date not recorded in the shipped table")
     if gpu_kind:
         raise ExportError("give either SOURCE or --gpu-kind, not both")
     path = Path(source)
@@ -126,6 +127,8 @@ def resolve_source(source: str | Path | None, gpu_kind: str | None = None,
     if l2 and l2 != table.l2:
         raise ExportError(f"{file} was tuned with {table.l2} L2, not {l2}")
     device, date = _tuned_on(file.parent)
+    if date == "not recorded":  # no report beside it: what the table itself says
+        device, date = table.tuned_on or device, table.tuned_date or date
     return TableSource(table, file, device, date)
 
 
@@ -437,13 +440,26 @@ def render_cu(source: TableSource, folder: suite.KernelFolder, binaries: list[Bi
     return "\n".join(lines) + "\n"
 
 
+def _age(tuned_date: str, now: str) -> str:
+    """How long before `now` (ISO 8601) the table was tuned, in whole days: ", 3 days before this
+    export"; empty where the date is not an ISO date (not recorded). A table tuned on an older driver
+    or template is the one to tune again first."""
+    try:
+        days = (datetime.fromisoformat(now).date() - datetime.fromisoformat(tuned_date).date()).days
+    except ValueError:
+        return ""
+    if days < 0:  # tuned "after" the export: another machine's clock
+        return ""
+    return {0: ", the day of this export", 1: ", 1 day before this export"}.get(days, f", {days} days before this export")
+
+
 def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command, sms) -> list[str]:
     table, spec = source.table, folder.spec
     k = table.kernel
     now = datetime.now(UTC).isoformat(timespec="seconds")
     out = [f"// {k}: the kernel tuned by astra-kernels {__version__}, as one standalone CUDA file.",
            "//",
-           f"// Tuned on:      {source.device}, {source.tuned_date} (times with {table.l2} L2)",
+           f"// Tuned on:      {source.device}, {source.tuned_date}{_age(source.tuned_date, now)} (times with {table.l2} L2)",
            f"// Source table:  {source.shown} ({table.dtype}, variant {table.variant}, {len(table.entries)} tuned shapes)",
            f"// Exported:      {now}, by `{command}`",
            f"// Target:        {arch}; the kernels were chosen for {sms} multiprocessors, and at run time the pick",
