@@ -243,7 +243,8 @@ def dispatch_table(state: AgentState, l2: str = "cold") -> DispatchTable:
     return DispatchTable(kernel=state["kernel"], dtype=state["dtype"], variant="default", entries=entries,
                          sources=sources, l2=l2,
                          tuned_on=f"{device['name']} ({device.get('arch', '?')})" if device.get("name") else None,
-                         tuned_date=datetime.now(UTC).isoformat(timespec="seconds") if device.get("name") else None)
+                         tuned_date=(device.get("recorded") or datetime.now(UTC).isoformat(timespec="seconds"))
+                         if device.get("name") else None)  # a replay's: its recording's
 
 
 def report(state: AgentState, runtime: Runtime[RunContext]) -> dict:

@@ -191,9 +191,9 @@ class TuneRequest:
     measured before the search there (start_configs), so a re-tune after the template changed
     keeps what the last one found wherever the search does no better. The spec's seeds (the
     production kernel's own configurations: seed_configs) are measured in that first round too,
-    with or without `start`. `onto`: a table of the same kernel, dtype, variant and regime whose
-    entries at shapes not tuned here the finished table keeps (DispatchTable.onto): a width or a few
-    token counts tuned onto a shipped table. `verify`: shapes the finished table is run and checked at."""
+    with or without `start`. `onto`: a table of the same kernel, dtype, variant, regime and GPU kind
+    (the caller checks the kind) whose entries at shapes not tuned here the finished table keeps
+    (DispatchTable.onto): a width or a few token counts tuned onto a shipped table. `verify`: shapes the finished table is run and checked at."""
 
     folder: suite.KernelFolder
     shapes: list[dict[str, int]]

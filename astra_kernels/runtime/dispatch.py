@@ -80,11 +80,6 @@ class Pick(NamedTuple):
     source: str = "template"
 
 
-def _gpu(tuned_on: str) -> str:
-    """The GPU of a `tuned_on` ("NVIDIA H200 (sm_90)" -> "NVIDIA H200")."""
-    return re.sub(r"\s*\(sm_\w+\)$", "", tuned_on)
-
-
 class DispatchTable(BaseModel):
     kernel: str
     dtype: str
@@ -163,34 +158,50 @@ class DispatchTable(BaseModel):
         return None
 
     def onto(self, base: "DispatchTable") -> tuple["DispatchTable", int]:
-        """This table's entries over `base`'s: `base`'s entries at shapes this table has none at are
-        kept (with the named sources they run), then this table's; its general configuration, else
-        `base`'s. The table and how many of `base`'s entries it kept.
+        """This table's entries over `base`'s: `base`'s entries in their order, each replaced by this
+        table's where it has one at that shape (so a shape neither tuned here nor near a new one is
+        picked as before: pick() breaks ties by the table's order), then this table's at new shapes;
+        `base`'s entries keep the named sources they run, and a template entry reads as the
+        template now does (a parameter gained since at its default: the code it ran; one whose
+        value the template no longer offers is dropped). `base`'s general configuration, chosen
+        over all its shapes, else this table's. The table, and how many of `base`'s entries it kept.
 
-        How a tune of a few shapes (a model's width, token counts re-tuned with a larger budget)
+        How a tune of a few shapes (a model's width, token counts tuned again with a larger budget)
         extends or mends a shipped table rather than replacing it, which would leave every other
         shape to the nearest of the few. Both must be tables of one kernel, dtype, variant and L2
-        regime: a pick timed warm among picks timed cold is a table of neither regime."""
+        regime (a pick timed warm among picks timed cold is a table of neither regime), and of one
+        GPU kind, which the caller checks before any GPU work (astra tune). The table's date is
+        the older of the two where it keeps entries of `base`: its age is that of its oldest picks."""
         mine, theirs = (self.kernel, self.dtype, self.variant, self.l2), (base.kernel, base.dtype, base.variant, base.l2)
         if mine != theirs:
             raise suite.AstraError(f"a table of {base.kernel} in {base.dtype} ({base.variant}) tuned with {base.l2} L2 "
                                    f"cannot take entries of {self.kernel} in {self.dtype} ({self.variant}) tuned with "
                                    f"{self.l2} L2")
-        if self.tuned_on and base.tuned_on and _gpu(self.tuned_on) != _gpu(base.tuned_on):
-            raise suite.AstraError(f"a table tuned on {base.tuned_on} cannot take entries tuned on {self.tuned_on}: "
-                                   "each GPU kind's picks are its own table")
-        tuned = {tuple(sorted(e.shape.items())) for e in self.entries}
-        kept = [e for e in base.entries if tuple(sorted(e.shape.items())) not in tuned]
-        sources = {n: base.sources[n] for n in dict.fromkeys(e.source for e in kept) if n in base.sources}
-        for name, text in self.sources.items():
-            if sources.get(name, text) != text:
+        template = suite.load(self.kernel).template
+        new = {tuple(sorted(e.shape.items())): e for e in self.entries}
+        entries, kept, theirs_run = [], 0, set()
+        for entry in base.entries:
+            if (replaced := new.pop(tuple(sorted(entry.shape.items())), None)) is not None:
+                entries.append(replaced)
+            elif entry.source != "template":
+                entries.append(entry)
+                kept += 1
+                theirs_run.add(entry.source)
+            elif (config := template.point(entry.config)) is not None:
+                entries.append(entry.model_copy(update={"config": config}))
+                kept += 1
+        entries += new.values()
+        sources = {n: text for n, text in base.sources.items() if n in theirs_run}
+        for name, text in sources.items():
+            if self.sources.get(name, text) != text:
                 raise suite.AstraError(f"both tables name a source {name!r}, with different code: rename one "
                                        "before putting one table onto the other")
+        dates = [d for d in (self.tuned_date, base.tuned_date if kept else None) if d]
         table = DispatchTable(kernel=self.kernel, dtype=self.dtype, variant=self.variant, l2=self.l2,
-                              general=self.general or base.general, sources={**sources, **self.sources},
-                              entries=[*kept, *self.entries], tuned_on=self.tuned_on or base.tuned_on,
-                              tuned_date=self.tuned_date or base.tuned_date)
-        return table, len(kept)
+                              general=base.general or self.general, sources={**sources, **self.sources},
+                              entries=entries, tuned_on=self.tuned_on or base.tuned_on,
+                              tuned_date=min(dates) if dates else None)
+        return table, kept
 
     def source_names(self) -> list[str]:
         """Every source the table can launch, in a fixed order: the folder's template and baseline, then its own."""

@@ -14,6 +14,7 @@ lives: `astra bench` reads the table of the GPU it runs on and the regime it tim
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -53,6 +54,18 @@ def device_key(name: str) -> str | None:
         if key in name:
             return key
     return None
+
+
+def same_kind(tuned_on: str | None, device: str) -> bool:
+    """Whether a table tuned on `tuned_on` (a table's tuned_on: "NVIDIA H200 (sm_90)") is of the
+    GPU kind of `device` (a GPU's name): by the shipped kinds' short names where either is one of
+    them, as the shipped tables are looked up (an H100 PCIe runs the H100's); else by the name. A
+    table that does not say where it was tuned is taken as it is."""
+    if not tuned_on:
+        return True
+    gpu = re.sub(r"\s*\(sm_\w+\)$", "", tuned_on)
+    key, here = device_key(gpu), device_key(device)
+    return key == here if key or here else gpu == device
 
 
 def table_path(kernel: str, kind: str, l2: str = "cold") -> Path:

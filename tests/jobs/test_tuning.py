@@ -12,9 +12,10 @@ from xml.etree import ElementTree
 
 import pytest
 
-from astra_kernels import cli
+from astra_kernels import cli, suite
 from astra_kernels.defaults import TIMING_NOISE
 from astra_kernels.jobs import checking, tune_report, tuning
+from astra_kernels.suite import tuned_tables
 from astra_kernels.tools.toolchain.driver import gpu_available
 from astra_kernels.tools.errors import AstraError, NoGpuError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
@@ -557,38 +558,39 @@ def test_a_clusters_view_is_handed_the_same_draws_to_share_out(tmp_path):
 
 def test_a_tune_onto_a_table_keeps_its_entries_where_it_tuned_nothing(tmp_path):
     """`--onto`: the table written extends the one given. Its entries at shapes not tuned now stay
-    (with the named sources they run), a shape tuned now takes the new pick, and the report says
-    how many were kept; a table of another regime, kernel or dtype is refused, not mixed in."""
+    (with the named sources they run, a template entry as the template now reads it), a shape tuned
+    now takes the new pick, its general configuration and the older date stay, and the report says
+    how many entries were kept; a table of another regime, kernel or dtype is refused, not mixed in."""
     from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
     old = {"THREADS": 128, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    older = {k: v for k, v in old.items() if k not in ("FLAT", "STREAM")} | {"GONE": 3}  # before FLAT and STREAM
     rewrite = FOLDER.source_of("baseline").source  # a model's rewrite, say
     base = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", general=old,
-                         sources={"model": rewrite},
+                         sources={"model": rewrite}, tuned_on="Scripted GPU (sm_90)", tuned_date="2026-11-20",
                          entries=[DispatchEntry(shape={"T": 16, "D": 4096}, config=old),  # tuned again below
-                                  DispatchEntry(shape={"T": 1, "D": 14336}, config=old),
+                                  DispatchEntry(shape={"T": 1, "D": 14336}, config=older),
+                                  DispatchEntry(shape={"T": 2, "D": 14336}, config={**old, "THREADS": 96}),  # no longer offered
                                   DispatchEntry(shape={"T": 8, "D": 18944}, config={}, source="model")])
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES[:1], "bf16", configs=row_sample(12, seed=2), seed=2,
                                                 strategy="exhaustive", onto=base),
                              ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
     table = report.dispatch
+    assert [FOLDER.spec.label(e.shape) for e in table.entries] == ["16x4096", "1x14336", "8x18944"]  # base's order
     entries = {FOLDER.spec.label(e.shape): e for e in table.entries}
-    assert set(entries) == {"16x4096", "1x14336", "8x18944"} and report.kept_entries == 2
+    assert report.kept_entries == 2
     assert entries["16x4096"].config == report.shapes[0].search.best_config != old
     assert entries["1x14336"].config == old and entries["8x18944"].source == "model"
-    assert table.sources == {"model": rewrite} and table.general == report.general
-    assert table.tuned_on == f"{report.device} ({report.arch})" and table.tuned_date == report.date  # where and when: this run
+    assert table.sources == {"model": rewrite} and table.general == old != report.general
+    assert table.tuned_on == f"{report.device} ({report.arch})" and table.tuned_date == "2026-11-20"  # its oldest picks'
     assert table.pick({"T": 1, "D": 14336}).picked_by == "tuned"
     assert {json.dumps(r.config, sort_keys=True) for r in report.config_checks} >= {json.dumps(old, sort_keys=True)}
     assert "keeps 2 entries of the table it was tuned onto" in tune_report.render_markdown(report)
 
-    for other in (base.model_copy(update={"l2": "warm"}), base.model_copy(update={"dtype": "fp16"}),
-                  base.model_copy(update={"tuned_on": "NVIDIA H100 80GB HBM3 (sm_90)"})):
+    for other in (base.model_copy(update={"l2": "warm"}), base.model_copy(update={"dtype": "fp16"})):
         with pytest.raises(AstraError, match="cannot take entries"):
             table.onto(other)
-    same_gpu = base.model_copy(update={"tuned_on": table.tuned_on.replace("sm_90", "sm_90a")})  # another arch name, one GPU
-    assert table.onto(same_gpu)[1] == 0  # every shape of base is the table's already
     mine = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", sources={"model": rewrite + "\n"},
                          entries=[DispatchEntry(shape={"T": 2, "D": 4096}, config={}, source="model")])
     with pytest.raises(AstraError, match="different code"):  # base's 8x18944 runs its own "model"
@@ -597,15 +599,38 @@ def test_a_tune_onto_a_table_keeps_its_entries_where_it_tuned_nothing(tmp_path):
                            ).onto(base)[1] == 2  # base's entry there replaced: its source not carried, no clash
 
 
+def test_onto_leaves_the_pick_at_every_shape_it_did_not_tune_as_it_was():
+    """Entries replaced in place, new ones after: pick() breaks ties by the table's order, so a
+    re-tune of one shape with the same pick changes no other shape's pick (kept-first-then-new
+    moved 4x4096 from 1x4096's entry to 16x4096's in the shipped H100 rmsnorm table)."""
+    from astra_kernels.runtime.dispatch import DispatchTable
+
+    base = DispatchTable.model_validate_json((ROOT / "kernels_sglang/tuned/h100/rmsnorm.json").read_text())
+    spec = suite.load("rmsnorm").spec
+    one = next(e for e in base.entries if e.shape == {"T": 1, "H": 4096})
+    again = base.model_copy(update={"entries": [one], "general": None})
+    merged, kept = again.onto(base)
+    assert kept == len(base.entries) - 1 and [e.shape for e in merged.entries] == [e.shape for e in base.entries]
+    for shape in spec.sweep_shapes():
+        assert merged.pick(shape) == base.pick(shape), spec.label(shape)
+    assert tuned_tables.same_kind("NVIDIA H100 80GB HBM3 (sm_90)", "NVIDIA H100 PCIe")  # as shipped tables are looked up
+    assert not tuned_tables.same_kind("NVIDIA H100 80GB HBM3 (sm_90)", "NVIDIA H200")
+    assert tuned_tables.same_kind(None, "NVIDIA H200") and not tuned_tables.same_kind("Scripted GPU (sm_90)", "NVIDIA L4")
+
+
 def test_onto_given_on_the_command_line_is_checked_before_any_gpu_work(tmp_path, capsys):
     table = tmp_path / "warm.json"
     shipped = json.loads((ROOT / "kernels_sglang" / "tuned" / "h200" / "warm" / "silu_and_mul.json").read_text())
     table.write_text(json.dumps(shipped))
+    h100 = tmp_path / "h100.json"  # the replay's recording is an H200's
+    h100.write_text((ROOT / "kernels_sglang" / "tuned" / "h100" / "silu_and_mul.json").read_text())
     cases = [
         (["--onto", str(table)], "was tuned with warm L2 and this tune times with cold L2"),
         (["--onto", str(tmp_path / "none.json")], "--onto"),
         (["--onto", " "], "--onto needs a table"),
         (["--onto", str(table), "rmsnorm"], "--onto TABLE is one kernel's table"),
+        (["--onto", str(h100), "--replay", "recorded", "--shapes", "1x14336"],
+         "was tuned on NVIDIA H100 80GB HBM3 (sm_90), and this tune runs on NVIDIA H200"),
     ]
     for extra, said in cases:
         kernels = ["silu_and_mul", *[a for a in extra if a == "rmsnorm"]]

@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
                       help="keep this dispatch table's entries at the shapes not tuned now, so the table written "
                            "extends it (a model's width, token counts tuned again with a larger budget) instead of "
                            "replacing it (`shipped`: the table shipped for this GPU in the --l2 regime; or a "
-                           "dispatch.json or astra tune output folder of the same kernel, dtype, variant and regime)")
+                           "dispatch.json or astra tune output folder of the same kernel, dtype, variant, regime and GPU kind)")
     tune.add_argument("--l2", choices=L2_REGIMES, default="cold",
                       help="L2 regime every configuration is timed in: cold (rotating inputs larger than L2, the "
                            "default) or warm (inputs resident, as in decode); the dispatch table records it")
@@ -158,6 +158,9 @@ def _tune_on_cluster(args, requests: list) -> int:
         pool = stack.enter_context(cluster_pool(args, list(recordings.values()) if recordings else None,
                                                 f"tuning {', '.join(stores)}"))
         kinds = pool.kinds
+        for request in requests:  # a table given to --onto, before any GPU work: it is one GPU kind's
+            for kind in kinds:
+                _check_onto_gpu(args, request.onto, kind)
         starts = {(kind, r.folder.spec.name): table for kind in kinds for r in requests if r.start is None
                   and (table := _shipped_start(args, r.folder.spec, r.dtype, kind)) is not None}
         ontos = {(kind, r.folder.spec.name): table for kind in kinds for r in requests if r.onto is None
@@ -218,6 +221,7 @@ def _tune_one(args, request, reports: list) -> int:
             request = dataclasses.replace(request, start=_shipped_start(args, spec, request.dtype, worker.device["name"]))
         if request.onto is None:
             request = dataclasses.replace(request, onto=_shipped_onto(args, spec, request.dtype, worker.device["name"]))
+        _check_onto_gpu(args, request.onto, worker.device["name"])
         if isinstance(worker, EvaluationWorker):  # the GPU's launch floor, kept for a replay of the store
             record_launch_floor(worker, store)
         with progress_bar(f"tuning {spec.name} on {worker.device['name']}") as update:
@@ -282,6 +286,18 @@ def _shipped_onto(args, spec, dtype: str, device: str):
         else f"no {spec.name} table in {dtype} ({args.variant}) tuned with {args.l2} L2 is shipped for {device}: "
              "the table written holds this run's shapes only", highlight=False)
     return table
+
+
+def _check_onto_gpu(args, table, device: str) -> None:
+    """A table given to --onto was tuned on a GPU of `device`'s kind (where it says): else a
+    UsageError before any GPU work, as the other checks of --onto are (a table of picks timed on
+    two GPU kinds is neither's)."""
+    from astra_kernels.suite.tuned_tables import same_kind
+    from astra_kernels.tools.errors import UsageError
+
+    if table is not None and not same_kind(table.tuned_on, device):
+        raise UsageError(f"--onto {args.onto} was tuned on {table.tuned_on}, and this tune runs on {device}: each GPU "
+                         "kind's picks are a table of their own (give --onto shipped, or a table tuned on this kind)")
 
 
 def _table_argument(flag: str, value: str | None, args, spec, dtype: str, same_l2: bool = False):

@@ -146,3 +146,27 @@ def test_a_sweeps_shapes_of_one_width_screen_and_compile_once(monkeypatch):
     space_module._compiled_memo.clear()
     assert _compare(second) == _compare(build_space(template, {"T": 5, "H": 256}, options, H100))
     assert _compare(other_width) == _compare(build_space(template, {"T": 5, "H": 64}, options, H100))
+
+
+def test_a_compiler_crash_is_compiled_again_at_the_next_shape(monkeypatch):
+    """A compile error is the source's (kept for the width's other shapes), but a crash without a
+    compiler log (an out-of-memory kill) or a timeout may not happen again: asked for again."""
+    from astra_kernels.tools.search import space as space_module
+    from astra_kernels.tools.toolchain.compiler import CompileOutcome
+
+    template = parse_template(SWEPT.replace("this does not compile;", "this does not compile either;"), "crash.cu",
+                              {"T", "H"})
+    asked: list[int] = []
+
+    def crashing(variants, **kwargs):
+        variants = list(variants)
+        asked.append(len(variants))
+        return [CompileOutcome(index=i, error="the compiler crashed on this source (exit code -9)",
+                               error_type=kind) for i, kind in zip(range(len(variants)),
+                                                                   ["CompileError", "CompileTimeoutError"] * len(variants))]
+
+    monkeypatch.setattr(space_module, "compile_many", crashing)
+    first = build_space(template, {"T": 3, "H": 256}, CompileOptions(arch="sm_90"), H100)
+    second = build_space(template, {"T": 5, "H": 256}, CompileOptions(arch="sm_90"), H100)
+    assert first.after_compile == second.after_compile == 0 and asked == [first.after_constraints] * 2
+    assert {p.reason for p in second.pruned if p.stage == "compile"} == {"the compiler crashed on this source (exit code -9)"}
