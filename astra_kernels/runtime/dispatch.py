@@ -198,7 +198,8 @@ class DispatchTable(BaseModel):
                                        "before putting one table onto the other")
         dates = [d for d in (self.tuned_date, base.tuned_date if kept else None) if d]
         table = DispatchTable(kernel=self.kernel, dtype=self.dtype, variant=self.variant, l2=self.l2,
-                              general=base.general or self.general, sources={**sources, **self.sources},
+                              general=(base.general and template.point(base.general)) or self.general,
+                              sources={**sources, **self.sources},
                               entries=entries, tuned_on=self.tuned_on or base.tuned_on,
                               tuned_date=min(dates) if dates else None)
         return table, kept

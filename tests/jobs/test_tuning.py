@@ -591,6 +591,7 @@ def test_a_tune_onto_a_table_keeps_its_entries_where_it_tuned_nothing(tmp_path):
     for other in (base.model_copy(update={"l2": "warm"}), base.model_copy(update={"dtype": "fp16"})):
         with pytest.raises(AstraError, match="cannot take entries"):
             table.onto(other)
+    assert table.onto(base.model_copy(update={"general": older}))[0].general == old  # as the template reads it now
     mine = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", sources={"model": rewrite + "\n"},
                          entries=[DispatchEntry(shape={"T": 2, "D": 4096}, config={}, source="model")])
     with pytest.raises(AstraError, match="different code"):  # base's 8x18944 runs its own "model"
