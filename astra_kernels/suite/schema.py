@@ -234,12 +234,31 @@ class KernelSpec(BaseModel):
 
     def parse_shapes(self, text: str) -> list[dict[str, int]]:
         """A comma-separated list of shapes (`16x4096,64x8192`); an empty item is an error, not
-        skipped, since it is most often a shape lost to a typo."""
+        skipped, since it is most often a shape lost to a typo. `sweep@WIDTH` (`sweep@5120`; the
+        shape less its first symbol, `sweep@64x8` for topk_softmax) is the sweep's token counts at
+        that width: a model's own width tuned along the token axis as a server walks it, as the
+        sweep set does at the serving widths. A shape given twice is kept once."""
         items = text.split(",")
         if not text.strip() or any(not item.strip() for item in items):
             raise UsageError(f"{text!r} has an empty shape; write shapes as {self.shape_syntax()}, "
                              "separated by commas")
-        return [self.parse_shape(item) for item in items]
+        shapes: list[dict[str, int]] = []
+        for item in items:
+            head, at, width = item.strip().partition("@")
+            if at and head.strip().lower() == SWEEP:
+                try:
+                    one = self.parse_shape(f"1x{width}") if not width.strip().lower().startswith("x") else None
+                except UsageError:
+                    one = None
+                if one is None:
+                    raise UsageError(f"{item.strip()!r} is not a {self.name} sweep; write sweep@"
+                                     f"{'x'.join(self.symbols[1:])} (the shape less its first symbol, e.g. "
+                                     f"sweep@{self.example_shape().split('x', 1)[1]})")
+                found = [{**one, self.symbols[0]: t} for t in SWEEP_TOKENS]
+            else:
+                found = [self.parse_shape(item)]
+            shapes += [shape for shape in found if shape not in shapes]
+        return shapes
 
     def check_dtype(self, dtype: str) -> str:
         if dtype not in self.dtypes:

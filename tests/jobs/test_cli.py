@@ -175,3 +175,20 @@ def test_several_kernels_each_take_the_sets_they_have():
     with pytest.raises(UsageError, match="topk_softmax has none of the shape sets 'astra'"):
         shapes_from(topk, Namespace(shapes=None, set="astra"), several=True)
     assert cli.main(["tune", "topk_softmax", "rmsnorm", "--set", "sweep,serveing", "--replay", "recorded"]) == 2
+
+
+def test_shapes_take_the_sweeps_token_counts_at_a_width():
+    """`sweep@WIDTH`: a model's own width along the token axis (the sweep's 27 counts), among
+    other shapes, each shape once; a width that is not one (too few or too many sizes, none) is a
+    one-line UsageError saying how to write it."""
+    from astra_kernels import suite
+    from astra_kernels.suite.schema import SWEEP_TOKENS
+    from astra_kernels.tools.errors import UsageError
+
+    rmsnorm, topk = suite.load("rmsnorm").spec, suite.load("topk_softmax").spec
+    assert rmsnorm.parse_shapes("sweep@5120") == [{"T": t, "H": 5120} for t in SWEEP_TOKENS]
+    assert topk.parse_shapes("1x64x8,Sweep@64x8") == [{"T": t, "E": 64, "K": 8} for t in SWEEP_TOKENS]
+    assert rmsnorm.parse_shapes("16x4096,16x4096") == [{"T": 16, "H": 4096}]
+    for bad, spec in (("sweep@", rmsnorm), ("sweep@5120x3", rmsnorm), ("sweep@x5120", rmsnorm), ("sweep@64", topk)):
+        with pytest.raises(UsageError, match=f"is not a {spec.name} sweep; write sweep@{'x'.join(spec.symbols[1:])} "):
+            spec.parse_shapes(bad)

@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
                        help="shape sets, comma-separated: astra, serving, odd, decode (astra and serving shapes of "
                             "at most 16 tokens), sweep (27 token counts from 1 to 16384 at the serving widths and a "
                             "few in no set; a chart per width) or all (default astra,serving)")
-    bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given")
+    bench.add_argument("--shapes", help="comma-separated shapes of the one kernel given; sweep@WIDTH is the sweep's "
+                                        "27 token counts at that width")
     bench.add_argument("--dtype", default="bf16", help="element type where the kernel has it (default bf16)")
     bench.add_argument("--tuned", help="`astra tune`'s --out folder, or a folder of them, one KERNEL/ subfolder each "
                                        "(default: the tables shipped for this GPU and the --l2 regime, else "

@@ -21,7 +21,9 @@ def add_parser(sub) -> None:
 
     tune = sub.add_parser("tune", help="search a kernel's template on the local GPU (the offline main job)")
     tune.add_argument("kernel", nargs="+", help="one kernel or several (each to out/KERNEL)")
-    tune.add_argument("--shapes", help="comma-separated shapes (default: the kernel's astra set, else serving)")
+    tune.add_argument("--shapes", help="comma-separated shapes (default: the kernel's astra set, else serving); "
+                                       "sweep@WIDTH is the sweep's 27 token counts at that width (sweep@5120: a "
+                                       "model's own width along the token axis)")
     tune.add_argument("--set", help="a shape set of the kernel's spec, or several comma-separated (the shipped kernels have astra, serving and odd; every kernel has sweep, the token axis at its serving widths; the widths in no set that `astra bench --set sweep` adds stay untuned; with several kernels, each takes the named sets it has)")
     tune.add_argument("--dtype")
     tune.add_argument("--variant", default="default")
