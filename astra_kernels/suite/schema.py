@@ -247,13 +247,11 @@ class KernelSpec(BaseModel):
             head, at, width = item.strip().partition("@")
             if at and head.strip().lower() == SWEEP:
                 try:
-                    one = self.parse_shape(f"1x{width}") if not width.strip().lower().startswith("x") else None
+                    one = self.parse_shape(f"1x{width}")  # "sweep@x5120" reads 1xx5120: no shape
                 except UsageError:
-                    one = None
-                if one is None:
                     raise UsageError(f"{item.strip()!r} is not a {self.name} sweep; write sweep@"
                                      f"{'x'.join(self.symbols[1:])} (the shape less its first symbol, e.g. "
-                                     f"sweep@{self.example_shape().split('x', 1)[1]})")
+                                     f"sweep@{self.example_shape().split('x', 1)[1]})") from None
                 found = [{**one, self.symbols[0]: t} for t in SWEEP_TOKENS]
             else:
                 found = [self.parse_shape(item)]
