@@ -211,6 +211,24 @@ class ResultsStore:
             self._db.execute(f"INSERT OR REPLACE INTO results ({', '.join(_NAMES)}) "
                              f"VALUES ({', '.join('?' * len(_NAMES))})", [row[n] for n in _NAMES])
 
+    def move(self, moves: list[tuple[str, str, dict, EvaluationRequest, EvaluationResult]]) -> None:
+        """Rewrite rows under new keys, in one transaction: each (old key, new key, configuration,
+        request, result) keeps its row's measurement, device, run and date, and takes the new
+        key, configuration, source digest and result (its label). For a recording carried over a
+        template change that compiles every recorded configuration to the same binary
+        (scripts/rekey_recording.py, which proves that first); a key that holds no row, or a new
+        key already taken, is a ResultsStoreError and nothing is written."""
+        with self._write():
+            for old, new, config, request, result in moves:
+                if new != old and self._db.execute("SELECT 1 FROM results WHERE key = ?", (new,)).fetchone():
+                    raise ResultsStoreError(f"results store {self.path}: key {new} is already taken")
+                changed = self._db.execute(
+                    "UPDATE results SET key = ?, config = ?, source_sha256 = ?, result = ? WHERE key = ?",
+                    (new, _canonical(config), hashlib.sha256(request.source.encode()).hexdigest(),
+                     result.model_dump_json(), old)).rowcount
+                if changed != 1:
+                    raise ResultsStoreError(f"results store {self.path}: no row under key {old}")
+
     def device_facts(self, device: str) -> dict:
         """What was recorded beside the measurements about the GPU named `device`
         (record_device_facts): its multiprocessors, its launch floor, where each came from; {}

@@ -1,0 +1,129 @@
+"""scripts/rekey_recording.py: a recording carried over a template change only where every row is
+proven a measurement of a binary the new template still builds (compiled here with NVRTC, no GPU).
+
+The rows come from the shipped H200 recording of fused_add_rmsnorm, keyed by today's template; the
+"new" template of each test is today's with one more parameter, whose default either leaves the
+compiled code as it was or changes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from astra_kernels import suite
+from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
+from astra_kernels.tools.templating.template import parse_template
+from support.scripts import load_script
+
+KERNEL = "fused_add_rmsnorm"
+RECORDING = Path(suite.folder_path(KERNEL)).parent / "recorded" / "h200-2026-11-28" / f"{KERNEL}.sqlite.gz"
+AFTER_POLICIES = "    HINT_POLICIES\n"
+
+
+def module():
+    return load_script("scripts/rekey_recording.py")
+
+
+def small_recording(tmp_path: Path, rows: int = 3) -> Path:
+    """A gzipped store of the shipped recording's device facts and its first few timed template rows
+    at 4096 wide, 64 tokens or fewer (each compiles in well under a second)."""
+    full = tmp_path / "full.sqlite"
+    with gzip.open(RECORDING, "rb") as source, open(full, "wb") as out:
+        shutil.copyfileobj(source, out)
+    small = tmp_path / "small.sqlite"
+    ResultsStore(small).close()  # the schema
+    db = sqlite3.connect(small)  # closed, not only committed: the store keeps a write-ahead log
+    db.execute("ATTACH DATABASE ? AS full", (str(full),))
+    db.execute("INSERT OR REPLACE INTO meta SELECT * FROM full.meta")
+    db.execute("INSERT INTO results SELECT * FROM full.results WHERE which = 'template' AND status = 'ok' "
+               "AND json_extract(shape, '$.H') = 4096 AND json_extract(shape, '$.T') <= 64 "
+               "ORDER BY created_at LIMIT ?", (rows,))
+    db.commit()
+    db.close()
+    recording = tmp_path / "recording.sqlite.gz"
+    with open(small, "rb") as source, gzip.open(recording, "wb") as out:
+        shutil.copyfileobj(source, out)
+    return recording
+
+
+def with_new_template(monkeypatch, tmp_path: Path, code_at_default: str) -> Path:
+    """Make today's template the old one (written to a file) and a variant with parameter EXTRA
+    (default 0; `code_at_default` compiled in where EXTRA == 0) the kernel's template."""
+    folder = suite.load(KERNEL)
+    old = folder.template.source
+    assert AFTER_POLICIES in old
+    new = old.replace("//@ default: ", "//@ param EXTRA: 0, 1  -- a test's parameter\n//@ default: EXTRA=0 ", 1)
+    new = new.replace(AFTER_POLICIES, AFTER_POLICIES + f"#if EXTRA == 0\n{code_at_default}#endif\n", 1)
+    template = parse_template(new, "template.cu", suite.template_symbols(folder.spec))
+    changed = dataclasses.replace(folder, template=template)
+    monkeypatch.setattr(suite, "load", lambda name: changed if name == KERNEL else folder)
+    path = tmp_path / "old-template.cu"
+    path.write_text(old)
+    return path
+
+
+def rows(recording: Path, tmp_path: Path) -> list[dict]:
+    copy = tmp_path / "read.sqlite"
+    with gzip.open(recording, "rb") as source, open(copy, "wb") as out:
+        shutil.copyfileobj(source, out)
+    store = ResultsStore(copy)
+    try:
+        return store.rows()
+    finally:
+        store.close()
+
+
+def test_a_parameter_whose_default_compiles_the_old_code_moves_every_row_to_its_new_key(tmp_path, monkeypatch):
+    script = module()
+    recording = small_recording(tmp_path)
+    before = rows(recording, tmp_path)
+    old_file = with_new_template(monkeypatch, tmp_path, "")
+    message = script.rekey(KERNEL, old_file, recording)
+    assert "3 rows moved" in message
+    after = rows(recording, tmp_path)
+    folder = suite.load(KERNEL)
+    for was, now in zip(before, after):
+        assert now["key"] != was["key"]
+        assert now["config"] == {**was["config"], "EXTRA": 0}
+        # the measurement, its run and its date are the recorded ones
+        assert (now["median_us"], now["spread"], now["created_at"], now["run_id"]) == \
+            (was["median_us"], was["spread"], was["created_at"], was["run_id"])
+        request = suite.request(folder, "template", now["shape"], now["dtype"], now["variant"], now["config"],
+                                sms=132, arch=now["arch"], stream_timing=False)  # the H200's, as recorded
+        assert evaluation_key(request, now["device"]) == now["key"]  # what a replay of the new template asks
+        assert "EXTRA=0" in now["result"]["label"]
+
+
+def test_a_default_that_changes_the_compiled_code_moves_nothing(tmp_path, monkeypatch):
+    script = module()
+    recording = small_recording(tmp_path, rows=2)
+    original = recording.read_bytes()
+    old_file = with_new_template(monkeypatch, tmp_path, "    __threadfence();\n")
+    with pytest.raises(script.RekeyError, match="other code than the old one"):
+        script.rekey(KERNEL, old_file, recording)
+    assert recording.read_bytes() == original
+
+
+def test_a_row_no_rebuilt_request_keys_like_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    script = module()
+    recording = small_recording(tmp_path, rows=2)
+    unpacked = tmp_path / "tampered.sqlite"
+    with gzip.open(recording, "rb") as source, open(unpacked, "wb") as out:
+        shutil.copyfileobj(source, out)
+    db = sqlite3.connect(unpacked)  # a row measured otherwise than any request the script rebuilds
+    db.execute("UPDATE results SET key = ? WHERE rowid = (SELECT MIN(rowid) FROM results)", ("0" * 64,))
+    db.commit()
+    db.close()
+    with open(unpacked, "rb") as source, gzip.open(recording, "wb") as out:
+        shutil.copyfileobj(source, out)
+    original = recording.read_bytes()
+    old_file = with_new_template(monkeypatch, tmp_path, "")
+    with pytest.raises(script.RekeyError, match="no request rebuilt with the old template has this key"):
+        script.rekey(KERNEL, old_file, recording)
+    assert recording.read_bytes() == original
+
