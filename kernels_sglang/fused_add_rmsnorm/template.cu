@@ -13,6 +13,13 @@
 // distributed shared memory, so the data is still read once, in one launch. HINT = 1 gives the
 // loads L2 eviction priorities as Inductor's kernels do: w, read by every row, evict_last; x and
 // residual, read once, evict_first.
+// RELOAD = 1 (with ITEMS = 0) is Inductor's two-pass form: pass 1 only sums s^2; pass 2 reads x and
+// residual again (from L2, where pass 1 has just left them: evict_last, then evict_first, with HINT),
+// forms the same fp32 s anew and writes both outputs. Nothing but the sum lives across the
+// reduction, so a thread needs the fewest registers and four CTAs of 512 threads fit an SM: where
+// rows are many, that occupancy outweighs the second read, which L2 serves (torch.compile at
+// 5175x4096: 28 registers, 89% occupancy; the held row the table ran there: 44, 58%). Where rows
+// are few it loses (docs/performance.md entries 13 and 31), so it is a parameter.
 // STATIC_ROW = 1 compiles the row length in, as SGLang's JIT norms do (a C++ template on the hidden
 // size): loop bounds and offsets become constants, one binary per row length; STATIC_ROW = 2 also
 // drops the bounds checks, where a CTA is exactly one row of ROW_THREADS x ITEMS vectors. Where the
@@ -24,19 +31,21 @@
 //@ param ROW_THREADS: 32, 64, 128, 256, 512, 1024  -- threads per row (whole warps)
 //@ param ROWS: 1, 2, 4, 8                          -- rows per CTA
 //@ param VEC: 8, 4, 2, 1                           -- elements per load
-//@ param ITEMS: 0, 1, 2, 4, 8, 16                  -- vectors of fp32 s per thread held in registers; 0: s in shared memory like SGLang
+//@ param ITEMS: 0, 1, 2, 4, 8, 16                  -- vectors of fp32 s per thread held in registers; 0: s in shared memory like SGLang, or with RELOAD not held
 //@ param PRELOAD_W: 0, 1                           -- load w into registers with x and residual, before the reduction
-//@ param REG_CAP: 128, 64                         -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
+//@ param REG_CAP: 128, 64, 32                     -- registers per thread at most (sets __launch_bounds__' CTAs per SM)
 //@ param CLUSTER: 1, 2, 4, 8                       -- CTAs per row, a thread-block cluster (split rows when tokens are few)
 //@ param HINT: 0, 1                                -- L2 eviction priorities on the loads (evict_last where read again, evict_first where last)
 //@ param STATIC_ROW: 0, 1, 2                      -- the row length: given at run time (0); compiled in (1); compiled in, no bounds checks (2)
+//@ param RELOAD: 0, 1                             -- 1: pass 2 reads x and residual again instead of holding s (Inductor's two-pass form)
 //@ derive ROW_LEN = H if STATIC_ROW > 0 else 0     -- the row length compiled in (0: read from `hidden` at run time)
 //@ require VEC * ELEM_BYTES <= 16                  -- a load is at most 16 bytes
 //@ require H % VEC == 0                            -- the row splits into whole vectors (and stays aligned)
 //@ require ROW_THREADS * ROWS <= 1024              -- at most 1024 threads per CTA
 //@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
 //@ require HINT == 0 or SM >= 80                  -- L2 cache policies need sm_80
-//@ require STATIC_ROW == 0 or (ROWS == 1 and CLUSTER == 1 and ITEMS > 0)   -- the row length compiled in only where a CTA holds one row in registers (where it pays: docs/performance.md entry 22)
+//@ require RELOAD == 0 or (ITEMS == 0 and CLUSTER == 1)   -- the two-pass form holds nothing between the passes
+//@ require STATIC_ROW == 0 or (ROWS == 1 and CLUSTER == 1 and (ITEMS > 0 or RELOAD == 1))   -- the row length compiled in only where a CTA holds one row in registers (where it pays: docs/performance.md entry 22)
 //@ require STATIC_ROW < 2 or H // VEC == ROW_THREADS * ITEMS   -- no bounds checks only where every thread holds exactly ITEMS vectors of the row
 //@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
 //@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32   -- every CTA of a split row gets at least a warp's vectors
@@ -46,13 +55,13 @@
 //@ require PRELOAD_W == 0 or ITEMS > 0             -- preloading w is part of the registers mode
 //@ require REG_CAP == 128 or ROW_THREADS * ROWS <= 512   -- 1024 threads already cap a thread at 64 registers
 //@ require ITEMS * VEC * (max(4, 2 * max(ELEM_BYTES, 4 // VEC)) + PRELOAD_W * max(ELEM_BYTES, 4 // VEC)) <= 4 * (min(REG_CAP, 65536 // (ROW_THREADS * ROWS)) - 32)   -- held data (x and residual as loaded, then s; w; an element takes a whole register when VEC = 1) leaves at least 32 of the registers a thread may have (else spills)
-//@ require ITEMS > 0 or ROWS * H * 4 <= 226 * 1024   -- the fp32 rows fit in a CTA's shared memory (227 KB on sm_90, less the static partials)
+//@ require ITEMS > 0 or RELOAD == 1 or ROWS * H * 4 <= 226 * 1024   -- the fp32 rows fit in a CTA's shared memory (227 KB on sm_90, less the static partials)
 //@ grid: ceil_div(T, ROWS) * CLUSTER
 //@ block: ROW_THREADS * ROWS
-//@ shared: 0 if ITEMS > 0 else ROWS * H * 4
+//@ shared: 0 if ITEMS > 0 or RELOAD == 1 else ROWS * H * 4
 //@ fast_math: 1
 //@ max_registers: 128
-//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1 HINT=0 STATIC_ROW=0
+//@ default: ROW_THREADS=512 ROWS=1 VEC=8 ITEMS=4 PRELOAD_W=0 REG_CAP=128 CLUSTER=1 HINT=0 STATIC_ROW=0 RELOAD=0
 //@ work: ROWS * ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS)   -- vectors of its rows (slices) a thread loads
 #define THREADS (ROW_THREADS * ROWS)
 #define WARPS_PER_ROW (ROW_THREADS / 32)
@@ -63,7 +72,7 @@
 // within REG_CAP registers (-maxrregcount does not apply to a kernel with launch bounds).
 #define MIN_CTAS ((65536 / (THREADS * REG_CAP)) > 0 ? (65536 / (THREADS * REG_CAP)) : 1)
 
-#if ITEMS == 0
+#if ITEMS == 0 && !RELOAD
 // VEC floats to or from shared memory in 16-byte (or narrower) pieces: a row's vectors start at
 // multiples of 4 * VEC bytes from a 16-byte aligned base (H * 4 bytes a row, H a multiple of VEC).
 __device__ __forceinline__ void store_floats(float* p, const float (&v)[VEC]) {
@@ -223,6 +232,18 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
             rt[k * ROW_THREADS] = ro;
         }
     }
+#elif RELOAD
+    if (valid) {
+        for (int i = t; i < nvec; i += ROW_THREADS) {
+            const V xv = LOAD_KEEP(xr + i);  // read again in pass 2
+            const V rv = LOAD_KEEP(rr + i);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const float s = to_float(xv.v[j]) + to_float(rv.v[j]);
+                sum_sq += s * s;
+            }
+        }
+    }
 #else
     extern __shared__ __align__(16) float smem[];
     float* row_f = smem + group * hidden;  // this row's fp32 s
@@ -276,6 +297,21 @@ fused_add_rmsnorm(scalar_t* __restrict__ x, scalar_t* __restrict__ residual, con
             for (int j = 0; j < VEC; ++j) ov.v[j] = from_float<scalar_t>(s[k][j] * rms_rcp * to_float(wk.v[j]));
             xt[k * ROW_THREADS] = ov;
         }
+    }
+#elif RELOAD
+    for (int i = t; i < nvec; i += ROW_THREADS) {
+        const V xv = LOAD_LAST(xr + i);
+        const V rv = LOAD_LAST(rr + i);
+        const V wv = LOAD_KEEP(wr + i);
+        V ro, ov;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float s = to_float(xv.v[j]) + to_float(rv.v[j]);
+            ro.v[j] = from_float<scalar_t>(s);
+            ov.v[j] = from_float<scalar_t>(s * rms_rcp * to_float(wv.v[j]));
+        }
+        rr[i] = ro;
+        xr[i] = ov;
     }
 #else
     // Each thread reads back only the floats it wrote itself: no barrier needed for row_f.

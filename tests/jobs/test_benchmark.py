@@ -342,7 +342,8 @@ def test_norm_code_gap_forms_are_the_templates_static_row_values_and_compile(ker
     folder = suite.load(kernel)
     shape = {"T": 128, "H": 4096}
     env = suite.environment(folder.spec, shape, "bf16", "default", 132, "sm_90")
-    sglang = dict(ROW_THREADS=256, ROWS=1, VEC=8, ITEMS=2, PRELOAD_W=1, REG_CAP=128, CLUSTER=1, HINT=0, STATIC_ROW=0)
+    sglang = folder.template.point(  # RELOAD at its default where the template has it (fused_add_rmsnorm)
+        dict(ROW_THREADS=256, ROWS=1, VEC=8, ITEMS=2, PRELOAD_W=1, REG_CAP=128, CLUSTER=1, HINT=0, STATIC_ROW=0))
     forms = gap.forms_of(folder, env, sglang)
     assert [(label, c["STATIC_ROW"]) for label, c in forms] == [("as_shipped", 0), ("const_h", 1), ("const_h_unguarded", 2)]
     assert [label for label, _ in gap.forms_of(folder, env, {**sglang, "ROW_THREADS": 512, "ITEMS": 4})] == \

@@ -102,11 +102,11 @@ def test_a_baseline_entry_is_carried_as_before():
 
 
 EXACT = {"ROW_THREADS": 512, "ROWS": 1, "VEC": 8, "ITEMS": 1, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1, "HINT": 0,
-         "STATIC_ROW": 2}  # the H200 fused_add_rmsnorm table's 1x4096: the row compiled in, no bounds checks
+         "STATIC_ROW": 2, "RELOAD": 0}  # the H200 fused_add_rmsnorm table's 1x4096: the row compiled in, no bounds checks
 FAR = {"ROW_THREADS": 1024, "ROWS": 1, "VEC": 2, "ITEMS": 8, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1, "HINT": 1,
-       "STATIC_ROW": 0}  # and its 128x11008
+       "STATIC_ROW": 0, "RELOAD": 0}  # and its 128x11008
 TWO = {"ROW_THREADS": 256, "ROWS": 1, "VEC": 8, "ITEMS": 2, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1, "HINT": 0,
-       "STATIC_ROW": 0}  # and its 3450x4096
+       "STATIC_ROW": 0, "RELOAD": 0}  # and its 3450x4096
 
 
 def _norm_table(entries: dict[tuple[int, int], dict[str, int]]) -> DispatchTable:
@@ -125,6 +125,7 @@ def test_where_no_other_width_keeps_the_work_the_nearest_configuration_moves_one
         "template")
     # a move of a parameter the launch reads is never made: at 3450x5120, 3450x4096's 256 threads
     # x 2 vectors would need 512 threads or a cluster of 2 (0.79-0.87x of the fastest peer measured)
-    assert {"ROW_THREADS", "ROWS", "CLUSTER", "ITEMS"} == suite.load("fused_add_rmsnorm").template.launch_parameters()
+    assert {"ROW_THREADS", "ROWS", "CLUSTER", "ITEMS", "RELOAD"} == \
+        suite.load("fused_add_rmsnorm").template.launch_parameters()
     assert _norm_table({(3450, 4096): TWO, (128, 11008): FAR}).pick({"T": 3450, "H": 5120}) == (
         FAR, "nearest tuned shape 128x11008", "template")

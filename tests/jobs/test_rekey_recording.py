@@ -127,3 +127,30 @@ def test_a_row_no_rebuilt_request_keys_like_is_refused_and_nothing_is_written(tm
         script.rekey(KERNEL, old_file, recording)
     assert recording.read_bytes() == original
 
+
+def test_the_shipped_recordings_answer_the_shipped_tables_picks_in_todays_template(tmp_path):
+    """The rows carried over RELOAD (the shipped recordings of 2026-11-27/28, re-keyed) are what a
+    replay of today's template asks for: every template pick of the shipped cold tables is there."""
+    from astra_kernels.runtime.dispatch import DispatchTable
+
+    folder = suite.load(KERNEL)
+    for kind, device, recorded in (("h200", "NVIDIA H200", "h200-2026-11-28"),
+                                   ("h100", "NVIDIA H100 80GB HBM3", "h100-2026-11-27")):
+        table = DispatchTable.model_validate_json(
+            (Path(suite.folder_path(KERNEL)).parent / "tuned" / kind / f"{KERNEL}.json").read_text())
+        with gzip.open(Path(suite.folder_path(KERNEL)).parent / "recorded" / recorded / f"{KERNEL}.sqlite.gz") as f:
+            data = f.read()
+        copy = tmp_path / f"{recorded}.sqlite"
+        copy.write_bytes(data)
+        store = ResultsStore(copy)
+        try:
+            sms = store.device_facts(device)["multiprocessors"]
+            keys = {r["key"] for r in store.rows(kernel=KERNEL, which="template", device=device)}
+        finally:
+            store.close()
+        picks = [e for e in table.entries if e.source == "template"]
+        assert picks
+        for entry in picks:
+            request = suite.request(folder, "template", entry.shape, table.dtype, table.variant, entry.config,
+                                    sms=sms, arch="sm_90", stream_timing=False, l2=table.l2)
+            assert evaluation_key(request, device) in keys, (kind, entry.shape)

@@ -26,7 +26,7 @@ NORM = {"ROW_THREADS": 128, "ROWS": 1, "ITEMS": 0, "PRELOAD_W": 0, "REG_CAP": 12
 def test_every_load_width_carries_its_l2_policy(name, vec, items, dtype):
     folder = suite.load(name)
     threads = 4096 // vec // items if items else 128  # a held row fits its threads' register slots
-    config = {**NORM, "VEC": vec, "ITEMS": items, "PRELOAD_W": int(items > 0), "ROW_THREADS": threads}
+    config = folder.template.point({**NORM, "VEC": vec, "ITEMS": items, "PRELOAD_W": int(items > 0), "ROW_THREADS": threads})
     request = suite.request(folder, "template", {"T": 16, "H": 4096}, dtype, config=config, arch="sm_90")
     module = compile_source(request.source, request.options, cache=False)
     assert not module.kernel(folder.template.kernel).resources.spills
@@ -40,7 +40,7 @@ def test_every_load_width_carries_its_l2_policy(name, vec, items, dtype):
 def test_no_policy_before_sm_80(name):
     folder = suite.load(name)
     env = suite.environment(folder.spec, {"T": 16, "H": 4096}, "bf16", "default", arch="sm_75")
-    excluded = folder.template.instantiate({**NORM, "VEC": 8}, env)
+    excluded = folder.template.instantiate(folder.template.point({**NORM, "VEC": 8}), env)
     assert isinstance(excluded, Exclusion) and "sm_80" in excluded.reason
 
 

@@ -187,7 +187,9 @@ def test_template_default_and_every_shape_has_configs(dtype):
             assert runs, f"no template configuration runs at {shape}"
             assert any(i.config["ITEMS"] > 0 for i in runs), shape
             assert all(i.shared_bytes <= 227 * 1024 for i in runs)
-            assert all(i.shared_bytes == (0 if i.config["ITEMS"] else i.config["ROWS"] * shape["H"] * 4) for i in runs)
+            assert all(i.shared_bytes == (0 if i.config["ITEMS"] or i.config["RELOAD"] else i.config["ROWS"] * shape["H"] * 4)
+                       for i in runs)
+            assert any(i.config["RELOAD"] for i in runs), shape  # the two-pass form runs at every shape
 
 
 def test_problem_cases_validate():
@@ -198,3 +200,26 @@ def test_problem_cases_validate():
             problem.validate_case(case)
             assert problem.bytes_moved == (4 * shape["T"] * shape["H"] + shape["H"]) * 2
             assert set(case.expected) == {"x", "residual"}
+
+
+TWO_PASS = {"ROW_THREADS": 512, "ROWS": 1, "VEC": 8, "ITEMS": 0, "PRELOAD_W": 0, "REG_CAP": 32, "CLUSTER": 1, "HINT": 1,
+            "STATIC_ROW": 1, "RELOAD": 1}  # the fastest measured at 5175x4096 and 16384x4096 (performance.md entry 31)
+
+
+def test_the_two_pass_form_holds_nothing_between_its_passes():
+    """RELOAD: few registers and no spills at 512 threads a row (Inductor's kernel there: 26-30), no
+    shared memory beyond the partial sums, and both of the loads' L2 priorities in its code."""
+    from astra_kernels.tools.toolchain.compiler import compile_source
+    from astra_kernels.tools.toolchain.nvrtc import _nvrtc_compile, key_and_flags
+
+    request = suite.request(FOLDER, "template", {"T": 5175, "H": 4096}, "bf16", config=TWO_PASS, arch="sm_90")
+    assert request.launch.shared_bytes == 0 and request.launch.block == (512,)
+    info = compile_source(request.source, request.options, cache=False).kernel(FOLDER.template.kernel).resources
+    assert info.registers <= 32 and not info.spills and info.shared_bytes <= 64
+    _, flags, _ = key_and_flags(request.source, request.options, "kernel.cu")
+    ok, log, _, ptx = _nvrtc_compile(request.source, "kernel.cu", flags, request.options.headers)
+    assert ok, log
+    assert "L2::evict_last" in ptx and "L2::evict_first" in ptx
+    held = suite.request(FOLDER, "template", {"T": 5175, "H": 4096}, "bf16", arch="sm_90",
+                         config={**TWO_PASS, "ITEMS": 1, "PRELOAD_W": 1, "REG_CAP": 128, "RELOAD": 0})
+    assert compile_source(held.source, held.options, cache=False).kernel(FOLDER.template.kernel).resources.registers > 32
