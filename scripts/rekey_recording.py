@@ -18,14 +18,18 @@ row to its new key:
    stored one, so the rebuild is exact;
 2. the same request with the new template, the configuration read as the new template reads it
    (template.point: a new parameter at its default), must launch the same grid, block and shared
-   memory and compile, for the recording's architecture, to the same cubin in every ELF section
-   but `.debug_line` (the source line table, which the new lines shift);
+   memory and compile, for the recording's architecture, to the same cubin: the same ELF header
+   and the same sections, headers and bytes, but `.debug_line` (the source line table, which the
+   new lines shift). Both are compiled here, by this machine's NVRTC, not the one of the
+   recording's day: the proof is that the two templates build the same code, which the recorded
+   binary was built from;
 3. then the row takes the new key, configuration, source digest and label; its measurement,
    device, run and date stay (ResultsStore.move).
 
-A row of the old template that fails a step stops the script before anything is written. Rows of
-other templates (older ones, whose keys no replay reaches anyway) and the baseline's are left as
-they are. The recording is rewritten whole (gzip, no timestamp), or not at all.
+Every recording given is proven before any is written: a row of the old template that fails a
+step stops the script with nothing written. Rows of other templates (older ones, whose keys no
+replay reaches anyway) and the baseline's are left as they are. Each recording is replaced whole
+(gzip, no timestamp) through a staged file, or not at all.
 """
 
 from __future__ import annotations
@@ -46,14 +50,15 @@ from astra_kernels import suite
 from astra_kernels.tools.errors import AstraError
 from astra_kernels.tools.measuring.evaluation import EvaluationResult
 from astra_kernels.tools.measuring.results import ResultsStore, evaluation_key
+from astra_kernels.tools.search.runner import RETIME_ROUNDS
 from astra_kernels.tools.templating.template import Exclusion, TemplateError, parse_template
 from astra_kernels.tools.toolchain.compiler import compile_many
 
 # The measuring choices a key holds besides the kernel and shape, in the order tried: a search's
 # evaluation, a check-only run (jobs/checking.py), a finalist's re-timing rounds (search/runner.py).
 MEASURING = [dict(l2=l2, time=time, retime=retime)
-             for l2, (time, retime) in itertools.product(("cold", "warm"),
-                                                         [(True, 0), (False, 0), *((True, r) for r in range(1, 9))])]
+             for l2, (time, retime) in itertools.product(
+                 ("cold", "warm"), [(True, 0), (False, 0), *((True, r) for r in range(1, RETIME_ROUNDS + 1))])]
 LINE_TABLE = ".debug_line"  # the only section a shifted source line may change
 
 
@@ -61,20 +66,25 @@ class RekeyError(AstraError):
     """A recorded row that cannot be shown to be a measurement of a binary the new template builds."""
 
 
-def elf_sections(data: bytes) -> dict[str, bytes]:
-    """An ELF64 file's sections by name (a cubin is one); SHT_NOBITS sections as empty."""
+def elf_sections(data: bytes) -> dict[str, tuple]:
+    """An ELF64 file's sections by name (a cubin is one): each its header's type, flags, size, link,
+    info, alignment and entry size, and its bytes (none for SHT_NOBITS, whose size says it all)."""
     if data[:4] != b"\x7fELF" or data[4] != 2:
         raise RekeyError("a compiled module is not an ELF64 cubin")
     (offset,) = struct.unpack_from("<Q", data, 0x28)
     size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
     heads = [struct.unpack_from("<IIQQQQIIQQ", data, offset + i * size) for i in range(count)]
     names = data[heads[names_index][4]:heads[names_index][4] + heads[names_index][5]]
-    return {names[h[0]:names.index(b"\0", h[0])].decode(): b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]
-            for h in heads}
+    return {names[h[0]:names.index(b"\0", h[0])].decode():
+            (h[1], h[2], h[5], h[6], h[7], h[8], h[9], b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]) for h in heads}
 
 
 def same_code(old: bytes, new: bytes) -> bool:
-    """Whether two cubins hold the same kernels: every section alike but the line table."""
+    """Whether two cubins hold the same kernels: the same ELF header (but where the section headers
+    start, which a longer line table moves) and every section alike, header and bytes, but the line
+    table."""
+    if old[:0x28] != new[:0x28] or old[0x30:0x40] != new[0x30:0x40]:
+        return False
     a, b = elf_sections(old), elf_sections(new)
     return a.keys() == b.keys() and all(a[n] == b[n] for n in a if n != LINE_TABLE)
 
@@ -119,8 +129,8 @@ def check_binaries(moves: list[tuple]) -> int:
     """Step 2's second half: each distinct old and new build compiled, their code compared."""
     builds = {}
     for _, old_request, new_request, _ in moves:
-        builds.setdefault((old_request.source, old_request.options.model_dump_json()),
-                          (old_request, new_request))
+        builds.setdefault((old_request.source, old_request.options.model_dump_json(),
+                           new_request.source, new_request.options.model_dump_json()), (old_request, new_request))
     pairs = list(builds.values())
     outcomes = compile_many([(r.source, r.options) for pair in pairs for r in pair])
     for i, (old_request, new_request) in enumerate(pairs):
@@ -132,44 +142,70 @@ def check_binaries(moves: list[tuple]) -> int:
     return len(pairs)
 
 
-def rekey(kernel: str, old_file: Path, recording: Path, dry_run: bool = False) -> str:
+def prove(kernel: str, old_file: Path, recording: Path, work: Path) -> tuple[Path, list[tuple], int]:
+    """Steps 1 and 2 for every old-template row of `recording`, on an unpacked copy in `work`:
+    the copy with the rows moved (step 3, not yet written back), the moves, the builds compared."""
     folder = suite.load(kernel)
     try:
         old = parse_template(old_file.read_text(), "template.cu", suite.template_symbols(folder.spec))
     except (OSError, UnicodeDecodeError, TemplateError) as exc:
         raise RekeyError(f"{old_file}: not a template of {kernel} ({exc})") from None
-    with tempfile.TemporaryDirectory() as work:
-        copy = Path(work) / "store.sqlite"
-        try:
-            with gzip.open(recording, "rb") as source, open(copy, "wb") as out:
-                shutil.copyfileobj(source, out)
-        except (OSError, EOFError) as exc:
-            raise RekeyError(f"{recording}: not a gzipped results store ({exc})") from None
-        store = ResultsStore(copy)
-        try:
-            devices = sorted({row["device"] for row in store.rows(kernel=kernel)})
-            moves = []
-            for device in devices:
-                sms = store.device_facts(device).get("multiprocessors")
-                if sms is None:
-                    raise RekeyError(f"{recording}: no SM count recorded for {device}")
-                moves += plan(folder, old, store, device, int(sms))
-            if not moves:
-                return f"{recording}: no row of the old template"
-            compiled = check_binaries(moves)
-            if dry_run:
-                return f"{recording}: {len(moves)} rows would move ({compiled} builds compiled alike)"
+    copy = work / f"{len(list(work.iterdir()))}.sqlite"
+    try:
+        with gzip.open(recording, "rb") as source, open(copy, "wb") as out:
+            shutil.copyfileobj(source, out)
+    except (OSError, EOFError) as exc:
+        raise RekeyError(f"{recording}: not a gzipped results store ({exc})") from None
+    store = ResultsStore(copy)
+    try:
+        moves = []
+        for device in sorted({row["device"] for row in store.rows(kernel=kernel)}):
+            sms = store.device_facts(device).get("multiprocessors")
+            if sms is None:
+                raise RekeyError(f"{recording}: no SM count recorded for {device}")
+            moves += plan(folder, old, store, device, int(sms))
+        compiled = check_binaries(moves) if moves else 0
+        if moves:
             store.move([(row["key"], evaluation_key(new_request, row["device"]), new_config, new_request,
                          EvaluationResult.model_validate({**row["result"], "label": new_request.label}))
                         for row, _, new_request, new_config in moves])
-        finally:
-            store.close()
-        staged = recording.with_name(f".{recording.name}.{os.getpid()}")
-        with open(copy, "rb") as source, open(staged, "wb") as raw, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
-            shutil.copyfileobj(source, out)
+    finally:
+        store.close()
+    wal = copy.with_name(copy.name + "-wal")
+    if wal.is_file() and wal.stat().st_size:  # closed last, SQLite checkpoints and removes its log
+        raise RekeyError(f"{recording}: the moved rows were left in SQLite's log, not its file")
+    return copy, moves, compiled
+
+
+def write_back(copy: Path, recording: Path) -> None:
+    """`recording` replaced by `copy`, gzipped without a timestamp, through a staged file beside it."""
+    staged = recording.with_name(f".{recording.name}.{os.getpid()}")
+    try:
+        with open(copy, "rb") as source, open(staged, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+                shutil.copyfileobj(source, out)
+            raw.flush()
+            os.fsync(raw.fileno())
         os.replace(staged, recording)
-    return f"{recording}: {len(moves)} rows moved to the new template's keys ({compiled} builds compiled alike)"
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def rekey(kernel: str, old_file: Path, recordings: list[Path], dry_run: bool = False) -> list[str]:
+    """Every recording proven (steps 1-2) before any is written back (step 3); a line for each."""
+    lines = []
+    with tempfile.TemporaryDirectory() as work:
+        proven = [(recording, *prove(kernel, old_file, recording, Path(work))) for recording in recordings]
+        for recording, copy, moves, compiled in proven:
+            if not moves:
+                lines.append(f"{recording}: no row of the old template")
+            elif dry_run:
+                lines.append(f"{recording}: {len(moves)} rows would move ({compiled} builds compiled alike)")
+            else:
+                write_back(copy, recording)
+                lines.append(f"{recording}: {len(moves)} rows moved to the new template's keys "
+                             f"({compiled} builds compiled alike)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="prove every row, write nothing")
     args = parser.parse_args(argv)
     try:
-        for recording in args.recordings:
-            print(rekey(args.kernel, args.old, recording, args.dry_run), flush=True)
+        print("\n".join(rekey(args.kernel, args.old, args.recordings, args.dry_run)), flush=True)
     except AstraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -149,7 +149,14 @@ class BenchRow(BaseModel):
         """What this row's tuned column ran, in tuned_column's terms: its configuration, EXCLUDED or NO_TABLE."""
         if self.tuned_status == "":
             return NO_TABLE
-        return EXCLUDED if self.tuned_status.startswith("excluded") else self.tuned_config
+        if self.tuned_status.startswith("excluded"):
+            return EXCLUDED
+        if self.tuned_config:  # (a named source's pick never equals a table's column: tuned_column names it)
+            try:  # a row measured before the template gained a parameter ran it at its default
+                return suite.load(self.kernel).template.filled(self.tuned_config)
+            except suite.AstraError:
+                pass
+        return self.tuned_config
 
     @property
     def speedup(self) -> float | None:

@@ -118,6 +118,23 @@ class DispatchTable(BaseModel):
             raise ValueError(f"the table has {twice[1]} entries at {label}; a dispatch table holds one per shape")
         return self
 
+    @model_validator(mode="after")
+    def _read_as_the_template_does(self) -> "DispatchTable":
+        """A table tuned before the folder's template gained a parameter runs the code it was tuned
+        with: each template entry and the general configuration take a parameter they lack at its
+        default (Template.filled), so pick(), the export and the benchmark's comparisons see one
+        spelling. A kernel not on the path here is left as written (pick() names it when used)."""
+        try:
+            template = suite.load(self.kernel).template
+        except suite.AstraError:
+            return self
+        for entry in self.entries:
+            if entry.source == "template":
+                entry.config = template.filled(entry.config)
+        if self.general is not None:
+            self.general = template.filled(self.general)
+        return self
+
     def broken_entry(self, sms: int = suite.DEFAULT_SMS, arch: str | None = None,
                      device_facts: bool = True) -> str | None:
         """The first entry whose configuration the template's constraints refuse at the entry's own

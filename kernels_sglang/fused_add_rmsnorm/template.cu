@@ -45,7 +45,7 @@
 //@ require CLUSTER == 1 or SM >= 90               -- thread-block clusters need sm_90
 //@ require HINT == 0 or SM >= 80                  -- L2 cache policies need sm_80
 //@ require RELOAD == 0 or (ITEMS == 0 and CLUSTER == 1)   -- the two-pass form holds nothing between the passes
-//@ require STATIC_ROW == 0 or (ROWS == 1 and CLUSTER == 1 and (ITEMS > 0 or RELOAD == 1))   -- the row length compiled in only where a CTA holds one row in registers (where it pays: docs/performance.md entry 22)
+//@ require STATIC_ROW == 0 or (ROWS == 1 and CLUSTER == 1 and (ITEMS > 0 or RELOAD == 1))   -- the row length compiled in only where a CTA holds one row, in registers or read twice (where it pays: docs/performance.md entries 22 and 31)
 //@ require STATIC_ROW < 2 or H // VEC == ROW_THREADS * ITEMS   -- no bounds checks only where every thread holds exactly ITEMS vectors of the row
 //@ require CLUSTER == 1 or (ROWS == 1 and ITEMS > 0)   -- a split row is one row per CTA, its slice in registers
 //@ require CLUSTER == 1 or ceil_div(H // VEC, CLUSTER) >= 32   -- every CTA of a split row gets at least a warp's vectors
@@ -53,7 +53,8 @@
 //@ require ITEMS == 0 or ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS) <= ITEMS   -- the row (slice) fits in the register slots of its threads
 //@ require ITEMS <= 4 * ceil_div(ceil_div(H // VEC, CLUSTER), ROW_THREADS)   -- at least a quarter of the register slots hold data (more only wastes registers)
 //@ require PRELOAD_W == 0 or ITEMS > 0             -- preloading w is part of the registers mode
-//@ require REG_CAP == 128 or ROW_THREADS * ROWS <= 512   -- 1024 threads already cap a thread at 64 registers
+//@ require REG_CAP == 128 or ROW_THREADS * ROWS * REG_CAP < 65536   -- a cap below what the CTA's threads already impose (65536 registers an SM)
+//@ require REG_CAP == 128 or 65536 // (ROW_THREADS * ROWS * REG_CAP) <= 32   -- no more CTAs an SM than sm_80 and sm_90 hold (32)
 //@ require ITEMS * VEC * (max(4, 2 * max(ELEM_BYTES, 4 // VEC)) + PRELOAD_W * max(ELEM_BYTES, 4 // VEC)) <= 4 * (min(REG_CAP, 65536 // (ROW_THREADS * ROWS)) - 32)   -- held data (x and residual as loaded, then s; w; an element takes a whole register when VEC = 1) leaves at least 32 of the registers a thread may have (else spills)
 //@ require ITEMS > 0 or RELOAD == 1 or ROWS * H * 4 <= 226 * 1024   -- the fp32 rows fit in a CTA's shared memory (227 KB on sm_90, less the static partials)
 //@ grid: ceil_div(T, ROWS) * CLUSTER

@@ -129,3 +129,25 @@ def test_where_no_other_width_keeps_the_work_the_nearest_configuration_moves_one
         suite.load("fused_add_rmsnorm").template.launch_parameters()
     assert _norm_table({(3450, 4096): TWO, (128, 11008): FAR}).pick({"T": 3450, "H": 5120}) == (
         FAR, "nearest tuned shape 128x11008", "template")
+
+
+def test_a_table_from_before_a_parameter_runs_what_it_was_tuned_with():
+    """fused_add_rmsnorm's RELOAD came after its tables were tuned: an entry without it reads at the
+    default (the code that ran), for pick() and for the benchmark's comparison of a kept row with
+    today's column alike; a name the template does not have still fails where it is used."""
+    from astra_kernels.jobs.benchmark import BenchRow, tuned_column
+
+    older = {k: v for k, v in TWO.items() if k != "RELOAD"}
+    table = _norm_table({(3450, 4096): older})
+    assert table.entries[0].config == TWO
+    assert table.pick({"T": 3450, "H": 4096}) == (TWO, "tuned", "template")
+    row = BenchRow(kernel="fused_add_rmsnorm", label="3450x4096", shape={"T": 3450, "H": 4096}, dtype="bf16",
+                   variant="default", bytes_moved=1, tuned_config=older, tuned_status="ok")
+    assert row.tuned_column == tuned_column(table, {"T": 3450, "H": 4096}, 132, "sm_90") == TWO
+    misspelt = _norm_table({(3450, 4096): {**older, "RELAOD": 1}})
+    try:
+        misspelt.pick({"T": 3450, "H": 4096})
+    except suite.AstraError as exc:
+        assert "RELAOD" in str(exc)
+    else:
+        raise AssertionError("a misspelt parameter was accepted")

@@ -29,13 +29,13 @@ def module():
     return load_script("scripts/rekey_recording.py")
 
 
-def small_recording(tmp_path: Path, rows: int = 3) -> Path:
-    """A gzipped store of the shipped recording's device facts and its first few timed template rows
-    at 4096 wide, 64 tokens or fewer (each compiles in well under a second)."""
+def small_recording(tmp_path: Path, rows: int = 3, name: str = "recording") -> Path:
+    """A gzipped store of the shipped recording's device facts, its first few timed template rows
+    at 4096 wide, 64 tokens or fewer (each compiles in well under a second), and one baseline row."""
     full = tmp_path / "full.sqlite"
     with gzip.open(RECORDING, "rb") as source, open(full, "wb") as out:
         shutil.copyfileobj(source, out)
-    small = tmp_path / "small.sqlite"
+    small = tmp_path / f"{name}.sqlite"
     ResultsStore(small).close()  # the schema
     db = sqlite3.connect(small)  # closed, not only committed: the store keeps a write-ahead log
     db.execute("ATTACH DATABASE ? AS full", (str(full),))
@@ -43,9 +43,10 @@ def small_recording(tmp_path: Path, rows: int = 3) -> Path:
     db.execute("INSERT INTO results SELECT * FROM full.results WHERE which = 'template' AND status = 'ok' "
                "AND json_extract(shape, '$.H') = 4096 AND json_extract(shape, '$.T') <= 64 "
                "ORDER BY created_at LIMIT ?", (rows,))
+    db.execute("INSERT INTO results SELECT * FROM full.results WHERE which = 'baseline' LIMIT 1")
     db.commit()
     db.close()
-    recording = tmp_path / "recording.sqlite.gz"
+    recording = tmp_path / f"{name}.sqlite.gz"
     with open(small, "rb") as source, gzip.open(recording, "wb") as out:
         shutil.copyfileobj(source, out)
     return recording
@@ -83,10 +84,13 @@ def test_a_parameter_whose_default_compiles_the_old_code_moves_every_row_to_its_
     recording = small_recording(tmp_path)
     before = rows(recording, tmp_path)
     old_file = with_new_template(monkeypatch, tmp_path, "")
-    message = script.rekey(KERNEL, old_file, recording)
-    assert "3 rows moved" in message
+    assert script.rekey(KERNEL, old_file, [recording]) == [f"{recording}: 3 rows moved to the new template's keys "
+                                                            "(3 builds compiled alike)"]
     after = rows(recording, tmp_path)
+    assert len(after) == len(before) == 4
+    assert [r for r in after if r["which"] == "baseline"] == [r for r in before if r["which"] == "baseline"]
     folder = suite.load(KERNEL)
+    before, after = ([r for r in rs if r["which"] == "template"] for rs in (before, after))
     for was, now in zip(before, after):
         assert now["key"] != was["key"]
         assert now["config"] == {**was["config"], "EXTRA": 0}
@@ -105,18 +109,22 @@ def test_a_default_that_changes_the_compiled_code_moves_nothing(tmp_path, monkey
     original = recording.read_bytes()
     old_file = with_new_template(monkeypatch, tmp_path, "    __threadfence();\n")
     with pytest.raises(script.RekeyError, match="other code than the old one"):
-        script.rekey(KERNEL, old_file, recording)
+        script.rekey(KERNEL, old_file, [recording])
     assert recording.read_bytes() == original
 
 
 def test_a_row_no_rebuilt_request_keys_like_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    """...in any recording given: the first, which would move, stays as it was too."""
     script = module()
+    first = small_recording(tmp_path, rows=2, name="first")
+    first_bytes = first.read_bytes()
     recording = small_recording(tmp_path, rows=2)
     unpacked = tmp_path / "tampered.sqlite"
     with gzip.open(recording, "rb") as source, open(unpacked, "wb") as out:
         shutil.copyfileobj(source, out)
     db = sqlite3.connect(unpacked)  # a row measured otherwise than any request the script rebuilds
-    db.execute("UPDATE results SET key = ? WHERE rowid = (SELECT MIN(rowid) FROM results)", ("0" * 64,))
+    db.execute("UPDATE results SET key = ? WHERE rowid = (SELECT MIN(rowid) FROM results WHERE which = 'template')",
+               ("0" * 64,))
     db.commit()
     db.close()
     with open(unpacked, "rb") as source, gzip.open(recording, "wb") as out:
@@ -124,8 +132,9 @@ def test_a_row_no_rebuilt_request_keys_like_is_refused_and_nothing_is_written(tm
     original = recording.read_bytes()
     old_file = with_new_template(monkeypatch, tmp_path, "")
     with pytest.raises(script.RekeyError, match="no request rebuilt with the old template has this key"):
-        script.rekey(KERNEL, old_file, recording)
-    assert recording.read_bytes() == original
+        script.rekey(KERNEL, old_file, [first, recording])
+    assert recording.read_bytes() == original and first.read_bytes() == first_bytes
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staged file left
 
 
 def test_the_shipped_recordings_answer_the_shipped_tables_picks_in_todays_template(tmp_path):

@@ -220,6 +220,10 @@ def test_the_two_pass_form_holds_nothing_between_its_passes():
     ok, log, _, ptx = _nvrtc_compile(request.source, "kernel.cu", flags, request.options.headers)
     assert ok, log
     assert "L2::evict_last" in ptx and "L2::evict_first" in ptx
+    # uncapped (REG_CAP 128), the form itself still needs no more: the cap above forces nothing
+    free = suite.request(FOLDER, "template", {"T": 5175, "H": 4096}, "bf16", config={**TWO_PASS, "REG_CAP": 128},
+                         arch="sm_90")
+    assert compile_source(free.source, free.options, cache=False).kernel(FOLDER.template.kernel).resources.registers <= 32
     held = suite.request(FOLDER, "template", {"T": 5175, "H": 4096}, "bf16", arch="sm_90",
                          config={**TWO_PASS, "ITEMS": 1, "PRELOAD_W": 1, "REG_CAP": 128, "RELOAD": 0})
     assert compile_source(held.source, held.options, cache=False).kernel(FOLDER.template.kernel).resources.registers > 32

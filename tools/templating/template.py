@@ -174,6 +174,15 @@ class Template:
         point = {p.name: config.get(p.name, self.default[p.name]) for p in self.parameters}
         return point if all(point[p.name] in p.values for p in self.parameters) else None
 
+    def filled(self, config: Mapping[str, int]) -> dict[str, int]:
+        """`config` with each parameter it lacks at the template's default, the rest as given: a
+        configuration recorded before the template gained a parameter (whose default is the code
+        that ran, as fused_add_rmsnorm's RELOAD 0) reads as the same kernel today. Unlike point(), a
+        name the template does not have is kept, so a misspelt one still fails where it is used."""
+        if all(p.name in config for p in self.parameters):
+            return dict(config)
+        return {**{p.name: config.get(p.name, self.default[p.name]) for p in self.parameters}, **config}
+
     def size(self) -> int:
         n = 1
         for p in self.parameters:

@@ -121,6 +121,27 @@ def test_reopen_sees_rows_and_replace_supersedes(tmp_path):
     db.close()
 
 
+def test_move_rewrites_rows_under_new_keys_keeping_their_measurement_or_moves_none(tmp_path):
+    """ResultsStore.move (scripts/rekey_recording.py): the row keeps its time, run and date and takes
+    the new key, configuration, source digest and result; one bad move undoes the others."""
+    with ResultsStore(tmp_path / "results.db") as store:
+        first, second = put(store, config(THREADS=128), 5.0), put(store, config(THREADS=256), 6.0)
+        (was,) = [r for r in store.rows() if r["key"] == first]
+        request = dataclasses.replace(silu(config(THREADS=128)), source=silu().source + "\n// a comment\n")
+        moved = result(5.0).model_copy(update={"device": DEVICE, "label": "moved"})
+        with pytest.raises(ResultsStoreError, match="no row under key missing"):
+            store.move([(first, "new-first", {**config(THREADS=128), "EXTRA": 0}, request, moved),
+                        ("missing", "new-missing", config(), request, moved)])
+        assert {r["key"] for r in store.rows()} == {first, second}  # rolled back
+        with pytest.raises(ResultsStoreError, match=f"key {second} is already taken"):
+            store.move([(first, second, config(), request, moved)])
+        store.move([(first, "new-first", {**config(THREADS=128), "EXTRA": 0}, request, moved)])
+        (now,) = [r for r in store.rows() if r["key"] == "new-first"]
+        assert store.get(first) is None and store.get("new-first").label == "moved"
+    assert now["config"] == {**config(THREADS=128), "EXTRA": 0} and now["source_sha256"] != was["source_sha256"]
+    assert (now["median_us"], now["run_id"], now["created_at"]) == (was["median_us"], was["run_id"], was["created_at"])
+
+
 def _writer(path: str, worker: int, n: int) -> None:
     request = copy_request(1 << 20)
     with ResultsStore(path) as store:
