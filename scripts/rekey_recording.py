@@ -150,6 +150,9 @@ def prove(kernel: str, old_file: Path, recording: Path, work: Path) -> tuple[Pat
         old = parse_template(old_file.read_text(), "template.cu", suite.template_symbols(folder.spec))
     except (OSError, UnicodeDecodeError, TemplateError) as exc:
         raise RekeyError(f"{old_file}: not a template of {kernel} ({exc})") from None
+    if old.code == folder.template.code:
+        raise RekeyError(f"{old_file} is the kernel's template as it is now: its recordings' keys are already "
+                         "today's (give the template.cu they were recorded with)")
     copy = work / f"{len(list(work.iterdir()))}.sqlite"
     try:
         with gzip.open(recording, "rb") as source, open(copy, "wb") as out:

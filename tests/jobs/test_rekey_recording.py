@@ -163,3 +163,13 @@ def test_the_shipped_recordings_answer_the_shipped_tables_picks_in_todays_templa
             request = suite.request(folder, "template", entry.shape, table.dtype, table.variant, entry.config,
                                     sms=sms, arch="sm_90", stream_timing=False, l2=table.l2)
             assert evaluation_key(request, device) in keys, (kind, entry.shape)
+
+
+def test_todays_template_as_the_old_one_is_refused_in_one_line(tmp_path):
+    script = module()
+    recording = small_recording(tmp_path, rows=1)
+    today = tmp_path / "today.cu"
+    today.write_text(suite.load(KERNEL).template.source)
+    assert script.main([KERNEL, "--old", str(today), str(recording)]) == 1
+    with pytest.raises(script.RekeyError, match="already today's"):
+        script.rekey(KERNEL, today, [recording])
