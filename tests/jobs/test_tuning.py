@@ -323,7 +323,22 @@ def test_the_specs_seeds_are_points_of_its_template_at_each_shape():
         (128, 4, 8, 1, 1, 2), (128, 4, 8, 1, 1, 0)]
     assert [c["ROW_THREADS"] for c in seeds({"T": 1, "H": 8192})] == [1024, 1024, 512, 512, 256, 256]
     assert seeds({"T": 128, "H": 11008}) == []  # 1376 threads a row: not a value of ROW_THREADS
-    assert suite.load("fused_add_rmsnorm").spec.seeds == rmsnorm.spec.seeds
+    fused = suite.load("fused_add_rmsnorm").spec.seeds
+    assert fused[len(fused) - len(rmsnorm.spec.seeds):] == rmsnorm.spec.seeds  # after its own two-pass seeds
+
+
+def test_fused_add_rmsnorm_seeds_torch_compiles_two_pass_form_first_at_every_dtype():
+    """fused_add_rmsnorm measures Inductor's form first (512 threads a row, RELOAD, hints), in both
+    register caps, then rmsnorm's row seeds: a start round cut by --budget keeps the two-pass ones."""
+    from astra_kernels import suite
+
+    fused = suite.load("fused_add_rmsnorm")
+    for dtype in ("bf16", "fp16"):
+        for shape in ({"T": 16384, "H": 4096}, {"T": 1, "H": 8192}):
+            found = tuning.seed_configs(fused, suite.environment(fused.spec, shape, dtype, "default", 132, "sm_90"))
+            assert [(c["ROW_THREADS"], c["RELOAD"], c["ITEMS"], c["HINT"], c["REG_CAP"], c["STATIC_ROW"], c["VEC"])
+                    for c in found[:2]] == [(512, 1, 0, 1, 32, 1, 8), (512, 1, 0, 1, 128, 0, 8)]
+            assert all(c["RELOAD"] == 0 for c in found[2:]) and len(found) == 8
 
 
 def test_a_seed_that_is_no_point_of_the_template_is_left_out():
