@@ -138,12 +138,13 @@ def test_a_row_no_rebuilt_request_keys_like_is_refused_and_nothing_is_written(tm
 
 
 def test_the_shipped_recordings_answer_the_shipped_tables_picks_in_todays_template(tmp_path):
-    """The rows carried over RELOAD (the shipped recordings of 2026-11-27/28, re-keyed) are what a
-    replay of today's template asks for: every template pick of the shipped cold tables is there."""
+    """A replay of today's template finds every template pick of the shipped cold tables in the
+    newest recording of its GPU kind: the H100's carried over RELOAD (2026-11-27, re-keyed), the
+    H200's measured with it (2026-11-29, the table re-tuned)."""
     from astra_kernels.runtime.dispatch import DispatchTable
 
     folder = suite.load(KERNEL)
-    for kind, device, recorded in (("h200", "NVIDIA H200", "h200-2026-11-28"),
+    for kind, device, recorded in (("h200", "NVIDIA H200", "h200-2026-11-29"),
                                    ("h100", "NVIDIA H100 80GB HBM3", "h100-2026-11-27")):
         table = DispatchTable.model_validate_json(
             (Path(suite.folder_path(KERNEL)).parent / "tuned" / kind / f"{KERNEL}.json").read_text())
