@@ -10,7 +10,7 @@ odd width, say, the same threads and CTAs per row with narrower vectors), so the
 picks a configuration that cannot run there, nor a slow one when a near one runs. At a width no
 entry was tuned at, a template that declares the work of a thread (`//@ work:`) has the nearest
 configuration that keeps that work what it was where it was tuned picked first: another width's
-entry, else the nearest entry's configuration moved one value (`_work_kept`).
+entry, else a near entry's configuration moved one value, the nearest width's first (`_work_kept`).
 
 Besides the kernel folder's template and baseline, a table may carry named sources of its own
 (`sources`): the agent's result holds, at some shapes, a model's rewrite or a model's template,
@@ -31,6 +31,16 @@ from astra_kernels.tools.measuring.regimes import L2Regime
 from astra_kernels.tools.templating.template import Exclusion, Instance, Template, TemplateError, parse_template
 
 from astra_kernels import suite
+
+
+def fixed_when_carried(template: Template) -> set[str]:
+    """The parameters a configuration carried to a width it was not tuned at never moves
+    (`DispatchTable._work_kept`): those the launch reads (other CTAs would run) and those a
+    thread's work reads (the work would be counted in other units: at 5120, rmsnorm's 128x11008
+    entry of 512 threads x 8-element vectors moved to 4-element ones keeps three vectors a
+    thread, each half the bytes; on an H200, cold, 0.90-0.97x of the fastest peer at 1022-7762
+    tokens where the ordinary pick was 1.00-1.04x)."""
+    return template.launch_parameters() | template.work_parameters()
 
 
 def nearest_first(tuned: list[dict[str, int]], shape: dict[str, int], symbols: list[str]) -> list[int]:
@@ -243,13 +253,15 @@ class DispatchTable(BaseModel):
         """At a width no entry was tuned at, where the nearest entry's configuration would make a
         thread do other work here than where it was tuned (its template's `work:`, say two passes
         over a row's slice instead of one) or cannot run here: the configuration of the next
-        nearest width's nearest entry whose work stays what it was where it was tuned, else the
-        nearest entry's own configuration (of the folder's template: the export's C++ holds the
-        values of its parameters only) with one parameter the launch geometry does not read moved
-        one value, where that runs here with the work a thread did where it was tuned (a measured
-        configuration before a variant of one). None where the nearest entry's work stays, it is
-        the baseline's, its source declares no work, or neither kind keeps it: the ordinary
-        nearest pick then.
+        nearest width's nearest entry whose work stays what it was where it was tuned, else, width
+        by width in the same order, the nearest entry's own configuration (of the folder's
+        template: the export's C++ holds the values of its parameters only) with one parameter
+        neither the launch geometry nor the work reads (fixed_when_carried) moved one value, where
+        that runs here with the work a thread did where it was tuned (a measured configuration
+        before a variant of one); such a move only ever turns an excluded configuration into one
+        that runs (the row's bounds kept where it was compiled in exactly). None where the
+        nearest entry's work stays, it is the baseline's, its source declares no work, or neither
+        kind keeps it: the ordinary nearest pick then.
 
         A configuration is tuned for a width's division of a row: carried to a width it divides
         worse it is no longer what won there. The H200 table's pick at 1x18944 (Qwen2-7B's
@@ -262,7 +274,12 @@ class DispatchTable(BaseModel):
         launch, the row's bounds kept) is 1.09-1.29x. A move that changes the launch does not keep
         what won: 4096's 256 threads x 2 vectors moved to 512 threads at 5120 (a second round with a
         quarter of them busy) measured 0.79-0.87x of the fastest peer against the ordinary pick's
-        0.96-1.03x at 3450-16384 tokens."""
+        0.96-1.03x at 3450-16384 tokens. The variants of every width, not only the nearest: at
+        5120 (a width no table is tuned at) the few-token entries at 4096 and 8192 both compile the
+        row in exactly, 4096's a pass too few for 5120, so the next width that kept its work was
+        none and the pick fell to 128x11008's 1024 threads x 2-element vectors, three passes over
+        the row where it did six; 8192's own configuration with the row's bounds kept (STATIC_ROW
+        1) keeps its one pass."""
         spec = suite.load(self.kernel).spec
         width = spec.symbols[1:]
         if not ranked or any(all(e.shape[s] == shape[s] for s in width) for e in ranked):
@@ -285,34 +302,41 @@ class DispatchTable(BaseModel):
             return None
         if keeps(first.source, first.config, first.shape) is not None:
             return None
+        nearest = [first]  # each width's nearest entry, the nearest width first
         widths = {tuple(first.shape[s] for s in width)}
         for entry in ranked[1:]:
             key = tuple(entry.shape[s] for s in width)
             if key in widths:
                 continue  # a width's nearest entry stands for it
             widths.add(key)
+            nearest.append(entry)
             if entry.source == "baseline" or self.source_of(entry.source).work is None:
                 continue
             if (kept := keeps(entry.source, entry.config, entry.shape)) is not None:
                 named = "" if entry.source == "template" else f": {entry.source}"
                 return Pick(entry.config, f"work per thread kept ({kept}): tuned shape {spec.label(entry.shape)}'s "
                                           f"configuration{named}", entry.source)
-        tuned = run(first.source, first.config, first.shape)
-        if first.source != "template" or tuned is None:  # the export's C++ knows the folder template's values only
-            return None
         template = self.source_of("template")
-        launch = template.launch_parameters()
-        for parameter in template.parameters:
-            if parameter.name in launch or first.config[parameter.name] not in parameter.values:
+        if template.work is None:
+            return None
+        fixed = fixed_when_carried(template)
+        for entry in nearest:
+            # the export's C++ knows the folder template's values only
+            tuned = run("template", entry.config, entry.shape) if entry.source == "template" else None
+            if tuned is None:
                 continue
-            at = parameter.values.index(first.config[parameter.name])
-            for step in (at - 1, at + 1):
-                if 0 <= step < len(parameter.values):
-                    moved = {**first.config, parameter.name: parameter.values[step]}
-                    here = run("template", moved, shape)
-                    if here is not None and here.work == tuned.work:
-                        return Pick(moved, f"work per thread kept ({tuned.work}): tuned shape {spec.label(first.shape)}'s "
-                                           f"configuration with {parameter.name}={parameter.values[step]}")
+            for parameter in template.parameters:
+                if parameter.name in fixed or entry.config[parameter.name] not in parameter.values:
+                    continue
+                at = parameter.values.index(entry.config[parameter.name])
+                for step in (at - 1, at + 1):
+                    if 0 <= step < len(parameter.values):
+                        moved = {**entry.config, parameter.name: parameter.values[step]}
+                        here = run("template", moved, shape)
+                        if here is not None and here.work == tuned.work:
+                            return Pick(moved, f"work per thread kept ({tuned.work}): tuned shape "
+                                               f"{spec.label(entry.shape)}'s configuration with "
+                                               f"{parameter.name}={parameter.values[step]}")
         return None
 
     def pick(self, shape: dict[str, int], sms: int = suite.DEFAULT_SMS, arch: str | None = None) -> Pick:

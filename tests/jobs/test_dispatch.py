@@ -131,6 +131,37 @@ def test_where_no_other_width_keeps_the_work_the_nearest_configuration_moves_one
         FAR, "nearest tuned shape 128x11008", "template")
 
 
+def test_where_the_nearest_width_s_configuration_cannot_keep_its_work_a_farther_width_s_moved_one_may():
+    """1x5120 (a width no table is tuned at): 1x4096's exact row with bounds checks makes two passes
+    over 640 vectors where it made one; 1x8192's 1024 threads x one vector, exact there, keep their
+    one pass with the bounds kept (STATIC_ROW 1). Before, the pick fell past both to 128x11008's
+    1024 threads x 2-element vectors, three passes over the row (six where it was tuned)."""
+    wide = {**EXACT, "ROW_THREADS": 1024}  # the H200 table's 1x8192
+    table = _norm_table({(1, 4096): EXACT, (1, 8192): wide, (128, 11008): FAR})
+    assert table.pick({"T": 1, "H": 5120}) == (
+        {**wide, "STATIC_ROW": 1}, "work per thread kept (1): tuned shape 1x8192's configuration with STATIC_ROW=1",
+        "template")
+    # the nearest width's own move first, where it keeps the work (3584: 448 vectors, one pass)
+    assert table.pick({"T": 1, "H": 3584}).config == {**EXACT, "STATIC_ROW": 1}
+
+
+def test_a_carried_configuration_never_moves_what_its_work_counts_in():
+    """A vector's width is not moved to keep a count of vectors: at 454x5120, rmsnorm's 128x11008
+    entry (512 threads x 8-element vectors, three a thread there, two here) moved to 4-element
+    vectors keeps three a thread of half the bytes (0.90-0.97x of the fastest peer from 1022 tokens
+    up on an H200, cold, where the entry as it was tuned ran 1.00-1.04x)."""
+    from astra_kernels.runtime.dispatch import fixed_when_carried
+
+    row = {"ROW_THREADS": 512, "ROWS": 1, "VEC": 8, "ITEMS": 4, "PRELOAD_W": 1, "REG_CAP": 128, "CLUSTER": 1,
+           "HINT": 0, "STATIC_ROW": 0}
+    table = DispatchTable(kernel="rmsnorm", dtype="bf16", variant="default",
+                          entries=[DispatchEntry(shape={"T": 128, "H": 11008}, config=row)])
+    assert table.pick({"T": 454, "H": 5120}) == (row, "nearest tuned shape 128x11008", "template")
+    template = suite.load("rmsnorm").template
+    assert template.work_parameters() == {"ROW_THREADS", "ROWS", "VEC", "CLUSTER"}
+    assert fixed_when_carried(template) == template.launch_parameters() | {"VEC"}
+
+
 def test_a_table_from_before_a_parameter_runs_what_it_was_tuned_with():
     """fused_add_rmsnorm's RELOAD came after its tables were tuned: an entry without it reads at the
     default (the code that ran), for pick() and for the benchmark's comparison of a kept row with
