@@ -32,7 +32,9 @@ NVCC = shutil.which("nvcc")
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CASES = {  # covered shapes (tuned, odd) and, for merge_attn_states, a head size the export never saw
     "rmsnorm": [{"T": 16, "H": 4096}, {"T": 7, "H": 4100}, {"T": 300, "H": 8192}],
-    "fused_add_rmsnorm": [{"T": 16, "H": 4096}, {"T": 2048, "H": 8192}, {"T": 3, "H": 20000}],  # baseline; 80 KB shared
+    "fused_add_rmsnorm": [{"T": 16, "H": 4096}, {"T": 2048, "H": 8192}, {"T": 3, "H": 20000},  # baseline; 80 KB shared
+                          {"T": 5175, "H": 4096},  # the H200 table's two-pass pick (RELOAD)
+                          {"T": 1, "H": 5120}],  # an untuned width: 1x8192's pick with the row's bounds kept
     "silu_and_mul": [{"T": 16, "D": 4096}, {"T": 3, "D": 1002}, {"T": 64, "D": 8192}],
     "merge_attn_states": [{"N": 512, "HD": 40, "D": 128}, {"N": 5, "HD": 8, "D": 128}, {"N": 64, "HD": 8, "D": 88}],
     "rotary_embedding": [{"N": 16, "HQ": 32, "HK": 8, "D": 128, "R": 128, "P": 4096},  # tuned; then odd
