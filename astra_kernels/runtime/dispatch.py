@@ -10,7 +10,8 @@ odd width, say, the same threads and CTAs per row with narrower vectors), so the
 picks a configuration that cannot run there, nor a slow one when a near one runs. At a width no
 entry was tuned at, a template that declares the work of a thread (`//@ work:`) has the nearest
 configuration that keeps that work what it was where it was tuned picked first: another width's
-entry, else a near entry's configuration moved one value, the nearest width's first (`_work_kept`).
+entry, else an entry's configuration that cannot run there moved one value, the nearest width's first
+(`_work_kept`).
 
 Besides the kernel folder's template and baseline, a table may carry named sources of its own
 (`sources`): the agent's result holds, at some shapes, a model's rewrite or a model's template,
@@ -31,16 +32,6 @@ from astra_kernels.tools.measuring.regimes import L2Regime
 from astra_kernels.tools.templating.template import Exclusion, Instance, Template, TemplateError, parse_template
 
 from astra_kernels import suite
-
-
-def fixed_when_carried(template: Template) -> set[str]:
-    """The parameters a configuration carried to a width it was not tuned at never moves
-    (`DispatchTable._work_kept`): those the launch reads (other CTAs would run) and those a
-    thread's work reads (the work would be counted in other units: at 5120, rmsnorm's 128x11008
-    entry of 512 threads x 8-element vectors moved to 4-element ones keeps three vectors a
-    thread, each half the bytes; on an H200, cold, 0.90-0.97x of the fastest peer at 1022-7762
-    tokens where the ordinary pick was 1.00-1.04x)."""
-    return template.launch_parameters() | template.work_parameters()
 
 
 def nearest_first(tuned: list[dict[str, int]], shape: dict[str, int], symbols: list[str]) -> list[int]:
@@ -254,14 +245,14 @@ class DispatchTable(BaseModel):
         thread do other work here than where it was tuned (its template's `work:`, say two passes
         over a row's slice instead of one) or cannot run here: the configuration of the next
         nearest width's nearest entry whose work stays what it was where it was tuned, else, width
-        by width in the same order, the nearest entry's own configuration (of the folder's
-        template: the export's C++ holds the values of its parameters only) with one parameter
-        neither the launch geometry nor the work reads (fixed_when_carried) moved one value, where
-        that runs here with the work a thread did where it was tuned (a measured configuration
-        before a variant of one); such a move only ever turns an excluded configuration into one
-        that runs (the row's bounds kept where it was compiled in exactly). None where the
-        nearest entry's work stays, it is the baseline's, its source declares no work, or neither
-        kind keeps it: the ordinary nearest pick then.
+        by width in the same order, each width's nearest entry's configuration (of the folder's
+        template: the export's C++ holds the values of its parameters only) that cannot run here
+        as it is, with one parameter the launch geometry does not read moved one value, where that
+        runs here with the work a thread did where it was tuned (a measured configuration before a
+        variant of one; the row's bounds kept where it was compiled in exactly, say). None where the
+        nearest entry's work stays, it is the baseline's, its source declares no work (for a move:
+        the folder's template declares none), or neither kind keeps it: the ordinary nearest pick
+        then.
 
         A configuration is tuned for a width's division of a row: carried to a width it divides
         worse it is no longer what won there. The H200 table's pick at 1x18944 (Qwen2-7B's
@@ -279,7 +270,12 @@ class DispatchTable(BaseModel):
         row in exactly, 4096's a pass too few for 5120, so the next width that kept its work was
         none and the pick fell to 128x11008's 1024 threads x 2-element vectors, three passes over
         the row where it did six; 8192's own configuration with the row's bounds kept (STATIC_ROW
-        1) keeps its one pass."""
+        1) keeps its one pass. Only a configuration that cannot run here is moved: one that runs
+        with other work would only have it counted anew (a first form moved any: at 5120,
+        rmsnorm's 128x11008 entry of 512 threads x 8-element vectors, which runs there, moved to
+        4-element ones keeps three vectors a thread, each half the bytes; on an H200, cold,
+        0.90-0.97x of the fastest peer at 1022-7762 tokens where the entry as tuned ran
+        1.00-1.04x)."""
         spec = suite.load(self.kernel).spec
         width = spec.symbols[1:]
         if not ranked or any(all(e.shape[s] == shape[s] for s in width) for e in ranked):
@@ -319,14 +315,14 @@ class DispatchTable(BaseModel):
         template = self.source_of("template")
         if template.work is None:
             return None
-        fixed = fixed_when_carried(template)
+        launch = template.launch_parameters()
         for entry in nearest:
             # the export's C++ knows the folder template's values only
             tuned = run("template", entry.config, entry.shape) if entry.source == "template" else None
-            if tuned is None:
-                continue
+            if tuned is None or run("template", entry.config, shape) is not None:
+                continue  # it runs here as it is, with other work: a move would only count that work anew
             for parameter in template.parameters:
-                if parameter.name in fixed or entry.config[parameter.name] not in parameter.values:
+                if parameter.name in launch or entry.config[parameter.name] not in parameter.values:
                     continue
                 at = parameter.values.index(entry.config[parameter.name])
                 for step in (at - 1, at + 1):

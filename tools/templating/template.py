@@ -154,16 +154,7 @@ class Template:
     def launch_parameters(self) -> set[str]:
         """The parameters the launch geometry (grid, block, shared memory) reads, directly or through
         derived values: the ones a configuration cannot move without launching other CTAs."""
-        return self._read_by([*self.grid, *self.block, self.shared])
-
-    def work_parameters(self) -> set[str]:
-        """The parameters a thread's work (`//@ work:`) reads, directly or through derived values:
-        the ones a configuration cannot move without changing what a unit of that work is (a
-        vector's width, say); none where the template declares no work."""
-        return self._read_by([self.work])
-
-    def _read_by(self, expressions: list[Expression | None]) -> set[str]:
-        read = set().union(*(e.names for e in expressions if e is not None))
+        read = set().union(*(e.names for e in (*self.grid, *self.block, self.shared) if e is not None))
         for item in reversed(self.derived):  # a derived value reads only names defined before it
             if item.name in read:
                 read |= item.expression.names

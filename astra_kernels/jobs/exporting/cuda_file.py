@@ -38,7 +38,7 @@ from astra_kernels.tools.templating.template import Build, Exclusion, Template
 from astra_kernels import suite
 from astra_kernels.suite import tuned_tables
 from astra_kernels.suite.schema import INT32_MAX
-from astra_kernels.runtime.dispatch import DispatchTable, fixed_when_carried
+from astra_kernels.runtime.dispatch import DispatchTable
 from . import guide
 from astra_kernels.jobs.generated_files import comment_line, comment_text, define_line, fill
 from astra_kernels.runtime.export_format import (
@@ -575,8 +575,8 @@ def _host_part(table, folder, binaries, groups, signature, carriers, np_, ns_, n
     out.append(f"static const ax_int* const kValues[{np_}] = {{{', '.join(f'kValues{i}' for i in range(len(params))) or '0'}}};")
     out.append(f"static const int kCounts[{np_}] = {{{', '.join(str(len(p.values)) for p in params) or '0'}}};")
     out.append(f"static const char* const kParamNames[{np_}] = {{{', '.join(_c(p.name) for p in params) or '0'}}};")
-    fixed = fixed_when_carried(template)  # what dispatch.py's _work_kept never moves
-    out.append(f"static const int kFixedParam[{np_}] = {{{', '.join(str(int(p.name in fixed)) for p in params) or '0'}}};")
+    launch = template.launch_parameters()  # what dispatch.py's _work_kept never moves
+    out.append(f"static const int kLaunchParam[{np_}] = {{{', '.join(str(int(p.name in launch)) for p in params) or '0'}}};")
     out.append(f"static const ax_int kDefault[{np_}] = {{{_values(template.default, names)}}};")
     out += ["", f"struct Entry {{ ax_int shape[{ns_}]; ax_int config[{np_}]; int source; const char* label; }};",
             f"static const Entry kEntries[{len(table.entries)}] = {{"]

@@ -1,3 +1,10 @@
+# The A/B of docs/performance.md entry 32, as it ran on nvidia-h200-x2 (2026-11-29), for the record.
+# .old/ was a git-excluded folder carried to the device: setup-min.sh installs the offline wheels built
+# here (python3 scripts/build_wheelhouse.py --out .whl-min --skip numpy --skip cuda-bindings
+# --skip typing-extensions pydantic rich ml-dtypes optuna, plus this tree's wheel) into /tmp/site and
+# puts it first on PYTHONPATH; .old/whl-old/ held the wheel of the tree with runtime/dispatch.py and
+# jobs/generated/export_pick.cu.in as they were before the change (the "before" benches). The "new"
+# wheel was the first form of the rule (the "any-move" benches).
 set -u
 source .old/setup-min.sh
 python3 -m pip install -q --no-index --no-deps --target /tmp/site-old .old/whl-old/*.whl >/dev/null 2>&1 || echo "old wheel failed"
