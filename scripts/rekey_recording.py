@@ -79,11 +79,27 @@ def elf_sections(data: bytes) -> dict[str, tuple]:
             (h[1], h[2], h[5], h[6], h[7], h[8], h[9], b"" if h[1] == 8 else data[h[4]:h[4] + h[5]]) for h in heads}
 
 
+def program_headers(data: bytes) -> list[tuple]:
+    """An ELF64 file's program headers (its segments: where the loader finds each), each without
+    its offset in the file (p_offset), which a longer line table before a segment moves."""
+    (offset,) = struct.unpack_from("<Q", data, 0x20)
+    size, count = struct.unpack_from("<HH", data, 0x36)
+    heads = []
+    for i in range(count):
+        raw = data[offset + i * size:offset + (i + 1) * size].ljust(size, b"\0")  # NVRTC's last one runs short
+        head = struct.unpack_from("<IIQQQQQQ", raw)
+        heads.append(head[:2] + head[3:])
+    return heads
+
+
 def same_code(old: bytes, new: bytes) -> bool:
-    """Whether two cubins hold the same kernels: the same ELF header (but where the section headers
-    start, which a longer line table moves) and every section alike, header and bytes, but the line
-    table."""
-    if old[:0x28] != new[:0x28] or old[0x30:0x40] != new[0x30:0x40]:
+    """Whether two cubins hold the same kernels: the same ELF header (but where the program and the
+    section headers start, which a longer line table moves), the same segments (but where each
+    starts in the file: silu_and_mul's code segment follows the line table) and every section
+    alike, header and bytes, but the line table."""
+    if old[:0x20] != new[:0x20] or old[0x30:0x40] != new[0x30:0x40]:
+        return False
+    if program_headers(old) != program_headers(new):
         return False
     a, b = elf_sections(old), elf_sections(new)
     return a.keys() == b.keys() and all(a[n] == b[n] for n in a if n != LINE_TABLE)
