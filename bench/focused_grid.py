@@ -13,7 +13,7 @@ The sub-spaces: the norms' row-per-CTA configurations with 16-byte vectors (ever
 ROWS, ITEMS, PRELOAD_W, REG_CAP and HINT; CLUSTER too at 16 tokens or fewer; fewer values at 2048
 tokens or more, whose evaluations take seconds; there also fused_add_rmsnorm's two-pass form, RELOAD,
 at ROW_THREADS 256 and up, every REG_CAP including 32, STATIC_ROW 0 and 1); silu_and_mul's flat
-grids (THREADS, UNROLL, STREAM) and, at 128 tokens or fewer, its split rows. The shapes are those
+grids (THREADS, UNROLL, STREAM, STATIC_D) and, at 128 tokens or fewer, its split rows. The shapes are those
 where the tables shipped on 2026-11-26 were behind the fastest peer (docs/benchmarks.md), of which
 --tokens picks those under 2048 tokens or those at or above it; or all those given with --at. Each
 shape's configurations are compiled on every core first.
@@ -54,12 +54,15 @@ def norm_grid(tokens: int, names: list[str]):
                    CLUSTER=cluster, HINT=hint)
 
 
-def silu_grid(tokens: int):
-    for threads, unroll, stream in itertools.product((128, 256, 512, 1024), (1, 2, 4), (0, 1)):
-        yield dict(THREADS=threads, VEC=8, CHUNKS=1, ROWS=1, UNROLL=unroll, FAST_MATH=1, FLAT=1, STREAM=stream)
+def silu_grid(tokens: int, names: list[str]):
+    statics = (0, 1) if "STATIC_D" in names else (0,)  # the row length at run time, and compiled in
+    for threads, unroll, stream, static in itertools.product((128, 256, 512, 1024), (1, 2, 4), (0, 1), statics):
+        yield dict(THREADS=threads, VEC=8, CHUNKS=1, ROWS=1, UNROLL=unroll, FAST_MATH=1, FLAT=1, STREAM=stream,
+                   STATIC_D=static)
     if tokens <= 128:
-        for threads, chunks, unroll in itertools.product((64, 128, 256), (8, 16, 32), (1, 2)):
-            yield dict(THREADS=threads, VEC=8, CHUNKS=chunks, ROWS=1, UNROLL=unroll, FAST_MATH=1, FLAT=0, STREAM=1)
+        for threads, chunks, unroll, static in itertools.product((64, 128, 256), (8, 16, 32), (1, 2), statics):
+            yield dict(THREADS=threads, VEC=8, CHUNKS=chunks, ROWS=1, UNROLL=unroll, FAST_MATH=1, FLAT=0, STREAM=1,
+                       STATIC_D=static)
 
 
 def probe(worker, kernel: str, dims: tuple[int, int], l2: str) -> dict:
@@ -80,7 +83,7 @@ def probe(worker, kernel: str, dims: tuple[int, int], l2: str) -> dict:
                                                   l2=l2))[0]
     row["torch_compile_us"] = worker.call(measure_peer, kernel, shape, "bf16", "default", "compile", l2,
                                           timeout_s=900).median_us
-    grid = [folder.template.point(c) for c in (silu_grid(dims[0]) if kernel == "silu_and_mul"
+    grid = [folder.template.point(c) for c in (silu_grid(dims[0], folder.template.names) if kernel == "silu_and_mul"
                                                else norm_grid(dims[0], folder.template.names))]
     if None in grid:  # a value the template no longer offers: this script's grid is behind the template
         print(f"{kernel}: {grid.count(None)} grid configurations are not in today's template; left out", flush=True)

@@ -16,15 +16,23 @@ _ANCHORS = [
 ]
 # Inductor's launch of this op as a point of the template (torch.compile's Triton kernel, read with
 # Nsight Compute in docs/performance.md entry 11): one flat grid of 128-thread CTAs, each thread one
-# 16-byte vector of each half, 1024 bf16 outputs a CTA; and the same with the streaming hints. At
-# the large token counts torch.compile led the tuned table by 3-5% on an H200 (a sweep bench,
-# 2026-11-28) while the searches had measured 2-4 flat configurations a shape, all with UNROLL=1
-# and no hints: seeded, every tune measures the peer's own launch shape at every shape.
+# 16-byte vector of each half, 1024 bf16 outputs a CTA, the row length a constant of the kernel (it
+# compiles each shape); and the same with the streaming hints. At the large token counts
+# torch.compile led the tuned table by 3-5% on an H200 (a sweep bench, 2026-11-28) while the
+# searches had measured 2-4 flat configurations a shape, all with UNROLL=1 and no hints: seeded,
+# every tune measures the peer's own launch shape at every shape. The third seed is the focused
+# grid's fastest at 1-4 tokens on an H200 (bench/focused_grid.py, 2026-11-29: 1x14336, 4x14336,
+# 4x11008), a few-token row split over 16 CTAs with the row length compiled in, where the shipped
+# picks (row length read at run time) were 2-3% behind torch.compile.
+_INDUCTOR = {"FLAT": "1", "THREADS": "128", "VEC": "16 // ELEM_BYTES", "UNROLL": "1", "CHUNKS": "1", "ROWS": "1",
+             "FAST_MATH": "1", "STATIC_D": "1"}
 SEEDS = [
-    Seed(note="Inductor's pointwise launch: a flat grid of 128-thread CTAs, one 16-byte vector a thread" + form,
-         config={"FLAT": "1", "THREADS": "128", "VEC": "16 // ELEM_BYTES", "UNROLL": "1", "CHUNKS": "1", "ROWS": "1",
-                 "FAST_MATH": "1", "STREAM": stream})
-    for stream, form in (("0", ""), ("1", "; streaming cache hints"))
+    *(Seed(note="Inductor's pointwise launch: a flat grid of 128-thread CTAs, one 16-byte vector a thread, the row "
+                "length compiled in" + form, config={**_INDUCTOR, "STREAM": stream})
+      for stream, form in (("0", ""), ("1", "; streaming cache hints"))),
+    Seed(note="a few-token row split over 16 CTAs of 128 threads, streaming, the row length compiled in",
+         config={"FLAT": "0", "THREADS": "128", "VEC": "16 // ELEM_BYTES", "UNROLL": "1", "CHUNKS": "16", "ROWS": "1",
+                 "FAST_MATH": "1", "STREAM": "1", "STATIC_D": "1"}),
 ]
 
 SPEC = KernelSpec(

@@ -5,7 +5,10 @@
 // every output vector of every row, THREADS * UNROLL consecutive vectors a CTA, so no thread idles
 // at a short row and a large launch is many short CTAs (no long last wave; the next launch starts
 // on SMs as they free up). STREAM = 1 marks the loads and stores, each byte touched once, as
-// streaming (ld.global.cs / st.global.cs: first out of the caches).
+// streaming (ld.global.cs / st.global.cs: first out of the caches). STATIC_D = 1 compiles the row
+// length in (one binary per width, as SGLang's JIT kernels are a C++ template on it): offsets are
+// constants and a flat grid's row of an output vector a multiply, not a 64-bit division by a value
+// read at run time, which stands before the first load of every thread.
 #include "common.cuh"
 
 //@ kernel: act_and_mul
@@ -17,6 +20,8 @@
 //@ param FAST_MATH: 0, 1                       -- --use_fast_math
 //@ param FLAT: 0, 1                            -- one flat grid over all output vectors (rows and chunks ignored)
 //@ param STREAM: 0, 1                          -- streaming cache hints on the loads and stores (each byte used once)
+//@ param STATIC_D: 0, 1                        -- the row length: given at run time (0); compiled in (1)
+//@ derive D_LEN = D if STATIC_D else 0         -- the row length compiled in (0: read from `d` at run time)
 //@ require VEC * ELEM_BYTES <= 16              -- a load is at most 16 bytes
 //@ require D % VEC == 0                        -- the row splits into whole vectors (and stays aligned)
 //@ require CHUNKS == 1 or ROWS == 1            -- split rows or group them, not both
@@ -27,7 +32,7 @@
 //@ grid: ceil_div(T * (D // VEC), THREADS * UNROLL) if FLAT else ceil_div(T, ROWS), 1 if FLAT else CHUNKS
 //@ block: THREADS
 //@ fast_math: FAST_MATH
-//@ default: THREADS=256 VEC=8 CHUNKS=1 ROWS=1 UNROLL=1 FAST_MATH=1 FLAT=0 STREAM=0
+//@ default: THREADS=256 VEC=8 CHUNKS=1 ROWS=1 UNROLL=1 FAST_MATH=1 FLAT=0 STREAM=0 STATIC_D=0
 //@ work: 1 if FLAT else ROWS * ceil_div(ceil_div(D // VEC, CHUNKS), THREADS * UNROLL)   -- rounds of UNROLL loads a thread makes (a flat grid: one)
 __device__ __forceinline__ float act(float a) {
 #if ACT == 0
@@ -76,7 +81,12 @@ template <typename V> __device__ __forceinline__ V act_mul(const V& a, const V& 
 extern "C" __global__ void __launch_bounds__(THREADS)
 act_and_mul(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int tokens, int d) {
     typedef Vec<scalar_t, VEC> V;
-    const int nvec = d / VEC;
+#if STATIC_D
+    constexpr int width = D_LEN;  // compiled in: every launch path derives it from the D it launches with
+#else
+    const int width = d;
+#endif
+    const int nvec = width / VEC;
 #if FLAT
     // Output vector i is row i / nvec, column i % nvec; a CTA's THREADS * UNROLL vectors are
     // consecutive, each warp's loads contiguous within a row's half.
@@ -89,7 +99,7 @@ act_and_mul(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int toke
         if (i < total) {
             const long long token = i / nvec;
             const int c = (int)(i - token * nvec);
-            const V* row = reinterpret_cast<const V*>(x + token * 2 * d);
+            const V* row = reinterpret_cast<const V*>(x + token * 2 * width);
             av[u] = load_vec(row + c);
             bv[u] = load_vec(row + nvec + c);
         }
@@ -107,9 +117,9 @@ act_and_mul(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int toke
     for (int r = 0; r < ROWS; ++r) {
         const long long token = (long long)blockIdx.x * ROWS + r;
         if (token >= tokens) return;
-        const V* a = reinterpret_cast<const V*>(x + token * 2 * d);
-        const V* b = reinterpret_cast<const V*>(x + token * 2 * d + d);
-        V* o = reinterpret_cast<V*>(out + token * d);
+        const V* a = reinterpret_cast<const V*>(x + token * 2 * width);
+        const V* b = reinterpret_cast<const V*>(x + token * 2 * width + width);
+        V* o = reinterpret_cast<V*>(out + token * width);
         for (int base = begin + threadIdx.x; base < end; base += THREADS * UNROLL) {
             V av[UNROLL], bv[UNROLL];
 #pragma unroll

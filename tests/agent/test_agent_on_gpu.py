@@ -17,7 +17,7 @@ from astra_kernels.graph import RunContext, build_graph, recursion_limit
 from astra_kernels import suite
 from astra_kernels.nodes.reporter import fixed_source
 
-KNOWN_BETTER = {"THREADS": 128, "VEC": 4, "CHUNKS": 8, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+KNOWN_BETTER = {"THREADS": 128, "VEC": 4, "CHUNKS": 8, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
 
 
 def fixed_kernel(config: dict[str, int]) -> str:
@@ -51,8 +51,8 @@ def test_the_graph_finds_verifies_and_reports_a_better_kernel(tmp_path):
     assert report["geomean_speedup"] > 1.0
 
 
-SMALL = {"THREADS": 256, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}  # many CTAs per row
-LARGE = {"THREADS": 256, "VEC": 8, "CHUNKS": 8, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+SMALL = {"THREADS": 256, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}  # many CTAs per row
+LARGE = {"THREADS": 256, "VEC": 8, "CHUNKS": 8, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
 PER_SHAPE = [{"T": 1, "D": 28672}, {"T": 16, "D": 14336}, {"T": 128, "D": 14336}, {"T": 128, "D": 28672}]
 
 

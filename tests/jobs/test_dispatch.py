@@ -8,7 +8,7 @@ import time
 from astra_kernels import suite
 from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
-TUNED = {"THREADS": 256, "VEC": 8, "CHUNKS": 4, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+TUNED = {"THREADS": 256, "VEC": 8, "CHUNKS": 4, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
 TABLE = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default",
                       entries=[DispatchEntry(shape={"T": 16, "D": 4096}, config=TUNED)])
 

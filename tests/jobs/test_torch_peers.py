@@ -134,7 +134,7 @@ def test_an_exported_kernel_is_checked_and_timed_by_the_peers_harness(tmp_path):
     from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
     shape = {"T": 16, "D": 4096}
-    config = {"THREADS": 128, "VEC": 8, "CHUNKS": 4, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 1}
+    config = {"THREADS": 128, "VEC": 8, "CHUNKS": 4, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 1, "STATIC_D": 0}
     table = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", general=config,
                           entries=[DispatchEntry(shape=shape, config=config)])
     (tmp_path / "dispatch.json").write_text(table.model_dump_json())

@@ -244,7 +244,7 @@ def test_a_start_table_gives_its_pick_as_the_template_now_reads_it():
     table = _old_table([({"T": 16, "D": 4096}, OLD_PICK, "template"), ({"T": 64, "D": 8192}, {}, "baseline")])
     [config] = tuning.start_configs(table, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90")
     # the parameters gained since at their defaults; the one the template lost dropped
-    assert config == {**{k: v for k, v in OLD_PICK.items() if k != "GONE"}, "FLAT": 0, "STREAM": 0}
+    assert config == {**{k: v for k, v in OLD_PICK.items() if k != "GONE"}, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
     # where the table runs the baseline, its nearest template pick (a search has to start somewhere)
     assert tuning.start_configs(table, FOLDER, {"T": 64, "D": 8192}, sms=132, arch="sm_90") == [config]
     assert tuning.start_configs(None, FOLDER, {"T": 16, "D": 4096}, sms=132, arch="sm_90") == []
@@ -262,20 +262,20 @@ def test_tune_measures_the_start_tables_pick_first_and_keeps_it_where_nothing_be
     table = _old_table([({"T": 16, "D": 4096}, best, "template")])
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES[:1], "bf16",
-                                                configs=[{**best, "FLAT": 0, "STREAM": 0, "THREADS": 256, "UNROLL": 4},
-                                                         {**best, "FLAT": 0, "STREAM": 0}],
+                                                configs=[{**best, "FLAT": 0, "STREAM": 0, "STATIC_D": 0, "THREADS": 256, "UNROLL": 4},
+                                                         {**best, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}],
                                                 strategy="random", budget=Budget(evaluations=2), start=table),
                              ScriptedWorker(), StoredEvaluator(ScriptedWorker(), store))
     search = report.shapes[0].search
-    assert search.rounds[0].action == "start" and search.trials[0].config == {**best, "FLAT": 0, "STREAM": 0}
-    assert report.dispatch.entries[0].config == {**best, "FLAT": 0, "STREAM": 0}
+    assert search.rounds[0].action == "start" and search.trials[0].config == {**best, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
+    assert report.dispatch.entries[0].config == {**best, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
 
 
 def test_a_sample_of_the_space_still_measures_the_start_tables_pick_first(tmp_path):
     """`--sample N --start shipped`: the table's pick is measured first though the seeded sample does
     not hold it (before, it was dropped as "not among the candidates here", so a re-tune on a sample
     could ship a slower table than the one it started from)."""
-    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
     assert best not in FOLDER.template.sample_configs(4, 0)
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = tuning.tune(tuning.TuneRequest(FOLDER, SHAPES[:1], "bf16", sample=4, seed=0, strategy="random",
@@ -372,7 +372,7 @@ def test_tune_measures_the_seeds_first_after_the_start_tables_pick_and_within_th
     pick first), leaving the rest to the search."""
     from astra_kernels.suite.schema import Seed
 
-    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    best = {"THREADS": 64, "VEC": 8, "CHUNKS": 16, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
     slow, slower = {**best, "UNROLL": 2}, {**best, "UNROLL": 4}
     seeds = [Seed(note=f"unroll {c['UNROLL']}", config={k: str(v) for k, v in c.items()}) for c in (best, slow)]
     folder = dataclasses.replace(FOLDER, spec=FOLDER.spec.model_copy(update={"seeds": seeds}))
@@ -578,7 +578,7 @@ def test_a_tune_onto_a_table_keeps_its_entries_where_it_tuned_nothing(tmp_path):
     how many entries were kept; a table of another regime, kernel or dtype is refused, not mixed in."""
     from astra_kernels.runtime.dispatch import DispatchEntry, DispatchTable
 
-    old = {"THREADS": 128, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0}
+    old = {"THREADS": 128, "VEC": 4, "CHUNKS": 16, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 0, "STREAM": 0, "STATIC_D": 0}
     older = {k: v for k, v in old.items() if k not in ("FLAT", "STREAM")} | {"GONE": 3}  # before FLAT and STREAM
     rewrite = FOLDER.source_of("baseline").source  # a model's rewrite, say
     base = DispatchTable(kernel="silu_and_mul", dtype="bf16", variant="default", general=old,

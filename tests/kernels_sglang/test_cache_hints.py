@@ -47,11 +47,12 @@ def test_no_policy_before_sm_80(name):
 SILU = {"THREADS": 128, "CHUNKS": 1, "ROWS": 1, "UNROLL": 2, "FAST_MATH": 1, "FLAT": 1, "STREAM": 1}
 
 
+@pytest.mark.parametrize("static", [0, 1])
 @pytest.mark.parametrize("vec, dtype", [(8, "bf16"), (4, "fp32"), (2, "fp16"), (1, "bf16")])
-def test_silu_flat_grid_covers_every_vector_and_streams(vec, dtype):
+def test_silu_flat_grid_covers_every_vector_and_streams(vec, dtype, static):
     folder = suite.load("silu_and_mul")
     shape = {"T": 3, "D": 1000}
-    config = {**SILU, "VEC": vec}
+    config = {**SILU, "VEC": vec, "STATIC_D": static}
     instance = folder.template.instantiate(config, suite.environment(folder.spec, shape, dtype, "default"))
     assert isinstance(instance, Instance), instance
     vectors = 3 * 1000 // vec
@@ -59,6 +60,9 @@ def test_silu_flat_grid_covers_every_vector_and_streams(vec, dtype):
     request = suite.request(folder, "template", shape, dtype, config=config, arch="sm_90")
     ptx = ptx_of(request)
     assert "ld.global.cs" in ptx and "st.global.cs" in ptx
+    # an output vector's row: a 64-bit division by the row's vectors read at run time, a multiply
+    # where the row length is compiled in (STATIC_D: what Inductor's kernel, compiled per shape, does)
+    assert ("div.s64" in ptx) == (not static)
     # a flat grid sets neither rows nor chunks
     assert isinstance(folder.template.instantiate({**config, "CHUNKS": 2}, suite.environment(
         folder.spec, shape, dtype, "default")), Exclusion)

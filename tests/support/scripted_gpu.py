@@ -13,10 +13,10 @@ SHAPES = [{"T": 16, "D": 4096}, {"T": 64, "D": 8192}]
 
 
 def row_sample(count: int = 40, seed: int = 2) -> list[dict[str, int]]:
-    """A seeded sample of the template's row-per-CTA space (FLAT = STREAM = 0): the configurations
-    `sample_configs(count, seed)` drew before the template gained those two parameters, which the
+    """A seeded sample of the template's row-per-CTA space (FLAT = STREAM = STATIC_D = 0): the configurations
+    `sample_configs(count, seed)` drew before the template gained those three parameters, which the
     tuner tests' expectations (the scripted GPU's best, the pick at an odd width) were worked out on."""
-    rows = [c for c in FOLDER.template.all_configs() if c["FLAT"] == 0 and c["STREAM"] == 0]
+    rows = [c for c in FOLDER.template.all_configs() if c["FLAT"] == 0 and c["STREAM"] == 0 and c["STATIC_D"] == 0]
     return [rows[i] for i in sorted(random.Random(seed).sample(range(len(rows)), count))]
 
 
