@@ -22,7 +22,8 @@ OUT/bench-L2/KERNEL (OUT/sweep-bench-L2.json the summary); run again, each goes 
 Then, on the machine that keeps the repository, `--install KIND` copies each finished kernel's
 dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
 results store, gzip'd, to kernels_sglang/recorded/KIND-DATE/ (replays read a kernel's newest
-recording, so no warm one is shipped), after checking that the table was tuned on a GPU of that
+recording, so no warm one is shipped) with the rows of the kernel's previous recording of that kind
+it did not measure again (a tune of some shapes onto the shipped table), after checking that the table was tuned on a GPU of that
 kind in that regime. No GPU is needed for --install.
 """
 
@@ -32,9 +33,12 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -159,11 +163,58 @@ def install(out: Path, kind: str) -> int:
             continue
         recorded = ROOT / "kernels_sglang" / "recorded" / f"{kind.lower()}-{day}"
         recorded.mkdir(parents=True, exist_ok=True)
-        with open(folder / "results.sqlite", "rb") as source, open(recorded / f"{folder.name}.sqlite.gz", "wb") as raw, \
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as target:
-            shutil.copyfileobj(source, target)
-        print(f"{folder.name} (cold): {kept}, {recorded / (folder.name + '.sqlite.gz')}")
+        previous = newest_recording(folder.name, kind)
+        with tempfile.TemporaryDirectory() as work:
+            store = Path(work) / "results.sqlite"
+            shutil.copyfile(folder / "results.sqlite", store)
+            carried = keep_previous(store, previous) if previous else 0
+            with open(store, "rb") as source, open(recorded / f"{folder.name}.sqlite.gz", "wb") as raw, \
+                    gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as target:
+                shutil.copyfileobj(source, target)
+        also = (f" (with {carried} row{'s' * (carried != 1)} of {previous.parent.name}'s it did not measure again)"
+                if carried else "")
+        print(f"{folder.name} (cold): {kept}, {recorded / (folder.name + '.sqlite.gz')}{also}")
     return 0 if finished else 1
+
+
+def newest_recording(kernel: str, kind: str) -> Path | None:
+    """The repository's newest recording of `kernel` on a GPU of `kind`, by the date its folder names."""
+    def day(path: Path) -> str:  # "2026-11-26b": the date, then the letter of a later session that day
+        dated = re.search(r"\d{4}-\d{2}-\d{2}[a-z]?$", path.parent.name)
+        return dated.group(0) if dated else ""
+
+    found = sorted((ROOT / "kernels_sglang" / "recorded").glob(f"{kind.lower()}-*/{kernel}.sqlite.gz"), key=day)
+    return found[-1] if found else None
+
+
+def keep_previous(store: Path, previous: Path) -> int:
+    """Copy into `store` (a results store) every row of the recording `previous` whose key it lacks;
+    how many. A tune of some shapes (`--set sweep` onto the shipped table) leaves the table's other
+    entries as the previous tune picked them, so the recording that replaces the previous one keeps
+    their measurements, and a replay of the shipped table (`--replay recorded --start shipped`)
+    still answers at every shape. Each row keeps its own measurement, device, run and date; where
+    both measured a key, the new measurement stands."""
+    with tempfile.TemporaryDirectory() as work:
+        old = Path(work) / "previous.sqlite"
+        with gzip.open(previous, "rb") as source, open(old, "wb") as out:
+            shutil.copyfileobj(source, out)
+        db = sqlite3.connect(store)
+        try:
+            db.execute("ATTACH DATABASE ? AS previous", (str(old),))
+            mine = [r[1] for r in db.execute("PRAGMA main.table_info(results)")]
+            theirs = [r[1] for r in db.execute("PRAGMA previous.table_info(results)")]
+            if mine != theirs:
+                raise SystemExit(f"{previous}: its results table is not of the new store's schema; the recording was "
+                                 "not installed")
+            before = db.execute("SELECT COUNT(*) FROM main.results").fetchone()[0]
+            db.execute("INSERT OR IGNORE INTO main.results SELECT * FROM previous.results")
+            db.execute("INSERT OR IGNORE INTO main.meta SELECT * FROM previous.meta")
+            db.commit()
+            carried = db.execute("SELECT COUNT(*) FROM main.results").fetchone()[0] - before
+            db.execute("DETACH DATABASE previous")
+        finally:
+            db.close()
+    return carried
 
 
 def main() -> int:

@@ -41,6 +41,59 @@ def test_install_puts_tables_and_cold_stores_where_the_shipped_ones_live(tmp_pat
     assert sorted(p.name for p in (repo / "kernels_sglang/recorded").iterdir()) == ["h200-2026-11-29"]
 
 
+def store_of(path: Path, rows: dict[str, float]) -> Path:
+    """A results store of the real schema holding `rows` (key -> median us), a silu_and_mul row each."""
+    import sqlite3
+
+    from astra_kernels.tools.measuring.results import ResultsStore
+
+    ResultsStore(path).close()  # the schema
+    db = sqlite3.connect(path)
+    db.executemany("INSERT INTO results (key, kernel, which, median_us, result) VALUES (?, 'silu_and_mul', "
+                   "'template', ?, '{}')", list(rows.items()))
+    db.commit()
+    db.close()
+    return path
+
+
+def medians(recording: Path, tmp_path: Path) -> dict[str, float]:
+    import sqlite3
+
+    copy = tmp_path / "read.sqlite"
+    copy.write_bytes(gzip.decompress(recording.read_bytes()))
+    db = sqlite3.connect(copy)
+    try:
+        return dict(db.execute("SELECT key, median_us FROM results"))
+    finally:
+        db.close()
+
+
+def test_install_keeps_the_previous_recordings_rows_the_new_tune_did_not_measure(tmp_path, monkeypatch, capsys):
+    """A tune of the sweep onto the shipped table leaves the table's other entries as the previous
+    tune picked them: the recording that replaces the previous one keeps their measurements (a
+    replay of the shipped table still answers there), and the new measurement of a key both made."""
+    sweep = module()
+    repo = tmp_path / "repo"
+    monkeypatch.setattr(sweep, "ROOT", repo)
+    older, previous = (repo / "kernels_sglang/recorded" / s for s in ("h200-2026-11-26b", "h200-2026-11-28"))
+    for folder in (older, previous, repo / "kernels_sglang/recorded/h100-2026-11-29"):
+        folder.mkdir(parents=True)
+    for folder, rows in ((older, {"gone": 9.0}), (previous, {"kept": 1.0, "again": 2.0}),
+                         (repo / "kernels_sglang/recorded/h100-2026-11-29", {"an h100's": 3.0})):
+        raw = store_of(tmp_path / f"{folder.name}.sqlite", rows).read_bytes()
+        (folder / "silu_and_mul.sqlite.gz").write_bytes(gzip.compress(raw))
+    tune = finished(tmp_path / "out", "cold", "silu_and_mul")
+    (tune / "results.sqlite").unlink()
+    store_of(tune / "results.sqlite", {"again": 2.5, "new": 4.0})
+    assert sweep.install(tmp_path / "out", "h200") == 0
+    installed = repo / "kernels_sglang/recorded/h200-2026-11-29/silu_and_mul.sqlite.gz"
+    # the newest h200 recording's row the tune lacks, the tune's own where both have one; no other's
+    assert medians(installed, tmp_path) == {"kept": 1.0, "again": 2.5, "new": 4.0}
+    assert "with 1 row of h200-2026-11-28's it did not measure again" in capsys.readouterr().out
+    assert gzip.decompress((previous / "silu_and_mul.sqlite.gz").read_bytes()) == \
+        (tmp_path / "h200-2026-11-28.sqlite").read_bytes()  # the previous recording as it was
+
+
 def test_install_refuses_a_table_tuned_on_another_gpu_kind(tmp_path, monkeypatch, capsys):
     sweep = module()
     monkeypatch.setattr(sweep, "ROOT", tmp_path / "repo")
