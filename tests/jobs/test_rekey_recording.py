@@ -137,25 +137,30 @@ def test_a_row_no_rebuilt_request_keys_like_is_refused_and_nothing_is_written(tm
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staged file left
 
 
-def test_the_shipped_recordings_answer_the_shipped_tables_picks_in_todays_template(tmp_path):
+@pytest.mark.parametrize("kernel, kinds", [
+    (KERNEL, (("h200", "NVIDIA H200", "h200-2026-11-29"), ("h100", "NVIDIA H100 80GB HBM3", "h100-2026-11-27"))),
+    ("silu_and_mul", (("h200", "NVIDIA H200", "h200-2026-11-29"),)),
+])
+def test_the_shipped_recordings_answer_the_shipped_tables_picks_in_todays_template(tmp_path, kernel, kinds):
     """A replay of today's template finds every template pick of the shipped cold tables in the
-    newest recording of its GPU kind: the H100's carried over RELOAD (2026-11-27, re-keyed), the
-    H200's measured with it (2026-11-29, the table re-tuned)."""
+    newest recording of its GPU kind: fused_add_rmsnorm's H100 one carried over RELOAD (2026-11-27,
+    re-keyed), its H200 one measured with it (2026-11-29, the table re-tuned); silu_and_mul's H200
+    one measured with STATIC_D at the sweep's tuned widths, with the re-keyed rows of 2026-11-28 at
+    the table's other shapes (sweep_tables --install)."""
     from astra_kernels.runtime.dispatch import DispatchTable
 
-    folder = suite.load(KERNEL)
-    for kind, device, recorded in (("h200", "NVIDIA H200", "h200-2026-11-29"),
-                                   ("h100", "NVIDIA H100 80GB HBM3", "h100-2026-11-27")):
+    folder = suite.load(kernel)
+    for kind, device, recorded in kinds:
         table = DispatchTable.model_validate_json(
-            (Path(suite.folder_path(KERNEL)).parent / "tuned" / kind / f"{KERNEL}.json").read_text())
-        with gzip.open(Path(suite.folder_path(KERNEL)).parent / "recorded" / recorded / f"{KERNEL}.sqlite.gz") as f:
+            (Path(suite.folder_path(kernel)).parent / "tuned" / kind / f"{kernel}.json").read_text())
+        with gzip.open(Path(suite.folder_path(kernel)).parent / "recorded" / recorded / f"{kernel}.sqlite.gz") as f:
             data = f.read()
         copy = tmp_path / f"{recorded}.sqlite"
         copy.write_bytes(data)
         store = ResultsStore(copy)
         try:
             sms = store.device_facts(device)["multiprocessors"]
-            keys = {r["key"] for r in store.rows(kernel=KERNEL, which="template", device=device)}
+            keys = {r["key"] for r in store.rows(kernel=kernel, which="template", device=device)}
         finally:
             store.close()
         picks = [e for e in table.entries if e.source == "template"]
