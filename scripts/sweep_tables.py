@@ -23,8 +23,8 @@ Then, on the machine that keeps the repository, `--install KIND` copies each fin
 dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
 results store, gzip'd, to kernels_sglang/recorded/KIND-DATE/ (replays read a kernel's newest
 recording, so no warm one is shipped) with the rows of the kernel's previous recording of that kind
-it did not measure again (a tune of some shapes onto the shipped table), after checking that the table was tuned on a GPU of that
-kind in that regime. No GPU is needed for --install.
+it did not measure again (a tune of some shapes onto the shipped table), after checking that the
+table was tuned on a GPU of that kind in that regime. No GPU is needed for --install.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import argparse
 import gzip
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -178,12 +177,12 @@ def install(out: Path, kind: str) -> int:
 
 
 def newest_recording(kernel: str, kind: str) -> Path | None:
-    """The repository's newest recording of `kernel` on a GPU of `kind`, by the date its folder names."""
-    def day(path: Path) -> str:  # "2026-11-26b": the date, then the letter of a later session that day
-        dated = re.search(r"\d{4}-\d{2}-\d{2}[a-z]?$", path.parent.name)
-        return dated.group(0) if dated else ""
+    """The repository's newest recording of `kernel` on a GPU of `kind`, by the date its folder names
+    (recordings.session_age, as `--replay recorded` orders them)."""
+    from astra_kernels.suite.recordings import session_age
 
-    found = sorted((ROOT / "kernels_sglang" / "recorded").glob(f"{kind.lower()}-*/{kernel}.sqlite.gz"), key=day)
+    found = sorted((ROOT / "kernels_sglang" / "recorded").glob(f"{kind.lower()}-*/{kernel}.sqlite.gz"),
+                   key=lambda path: session_age(path.parent))
     return found[-1] if found else None
 
 

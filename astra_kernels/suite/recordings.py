@@ -30,7 +30,7 @@ def _root() -> Path:
     return Path(str(resources.files("astra_kernels.kernels_sglang").joinpath(PREFIX)))
 
 
-def _age(session: Path) -> tuple[str, str, str]:
+def session_age(session: Path) -> tuple[str, str, str]:
     """A session folder's sort key: its date (the name's "-YYYY-MM-DD" end), the letter after it
     of a later session of that day (h200-2026-11-26b), then its name, so an h100 recording of a
     later day or session is newer than an h200 one of an earlier one (by name alone, every
@@ -46,7 +46,7 @@ def shipped() -> list[Recording]:
     if not root.is_dir():
         return []
     return [Recording(store.name.removesuffix(".sqlite.gz"), session.name, store)
-            for session in sorted((s for s in root.iterdir() if s.is_dir()), key=_age)
+            for session in sorted((s for s in root.iterdir() if s.is_dir()), key=session_age)
             for store in sorted(session.glob("*.sqlite.gz"))]
 
 
