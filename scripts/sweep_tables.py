@@ -155,24 +155,28 @@ def install(out: Path, kind: str) -> int:
         tables = ROOT / "kernels_sglang" / "tuned" / kind.lower() / ("warm" if l2 == "warm" else "")
         tables.mkdir(parents=True, exist_ok=True)
         kept = tables / f"{folder.name}.json"
-        shutil.copyfile(folder / "dispatch.json", kept)
         if l2 == "warm":  # replays read a kernel's newest recording, which must stay a cold one
+            shutil.copyfile(folder / "dispatch.json", kept)
             print(f"{folder.name} (warm): {kept}; its store stays in {folder / 'results.sqlite'} "
                   "(no warm recordings are shipped)")
             continue
         recorded = ROOT / "kernels_sglang" / "recorded" / f"{kind.lower()}-{day}"
         recorded.mkdir(parents=True, exist_ok=True)
         previous = newest_recording(folder.name, kind)
+        target_path = recorded / f"{folder.name}.sqlite.gz"
+        staged = recorded / f".{folder.name}.sqlite.gz.staged"
         with tempfile.TemporaryDirectory() as work:
             store = Path(work) / "results.sqlite"
             shutil.copyfile(folder / "results.sqlite", store)
             carried = keep_previous(store, previous) if previous else 0
-            with open(store, "rb") as source, open(recorded / f"{folder.name}.sqlite.gz", "wb") as raw, \
+            with open(store, "rb") as source, open(staged, "wb") as raw, \
                     gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as target:
                 shutil.copyfileobj(source, target)
+        os.replace(staged, target_path)  # whole or not at all: the previous recording may be this very file
+        shutil.copyfile(folder / "dispatch.json", kept)  # the table after its recording, so neither ships alone
         also = (f" (with {carried} row{'s' * (carried != 1)} of {previous.parent.name}'s it did not measure again)"
                 if carried else "")
-        print(f"{folder.name} (cold): {kept}, {recorded / (folder.name + '.sqlite.gz')}{also}")
+        print(f"{folder.name} (cold): {kept}, {target_path}{also}")
     return 0 if finished else 1
 
 
