@@ -181,18 +181,36 @@ def test_todays_template_as_the_old_one_is_refused_in_one_line(tmp_path):
         script.rekey(KERNEL, today, [recording])
 
 
+BEFORE_STATIC_D = "1f544600923b48d8a8ede0530bcbe47e5303880e4ed98d38845f8d8d16ad22a9"  # sha256, 9a3dfb9's template.cu
+
+
+def silu_before_static_d() -> str:
+    """silu_and_mul's template.cu as it was before STATIC_D (commit 9a3dfb9), rebuilt from today's by
+    taking the parameter out again; the digest proves the rebuild exact."""
+    import hashlib
+    import re
+
+    text = suite.load("silu_and_mul").template.source
+    text = re.sub(r"\. STATIC_D = 1 compiles the row\n(// .*\n){3}", ".\n", text, count=1)
+    text = re.sub(r"//@ param STATIC_D:.*\n//@ derive D_LEN.*\n", "", text, count=1).replace(" STATIC_D=0\n", "\n", 1)
+    text = re.sub(r"#if STATIC_D\n.*?#endif\n    const int nvec = width / VEC;", "    const int nvec = d / VEC;", text,
+                  count=1, flags=re.S)
+    for now, then in (("2 * width + width", "2 * d + d"), ("2 * width)", "2 * d)"), ("token * width)", "token * d)")):
+        text = text.replace(now, then)
+    assert hashlib.sha256(text.encode()).hexdigest() == BEFORE_STATIC_D, "today's template no longer rebuilds the old one"
+    return text
+
+
 def test_a_longer_line_table_that_moves_the_code_segment_still_compiles_alike():
-    """silu_and_mul's STATIC_D: with it 0, today's template is the one before it (kept in
-    tests/support/cuda) on more source lines; the longer line table may move where the program
-    headers and the code segment start in the cubin (it did with the NVRTC of the day), so the check
-    compares what they hold, not where (its first form refused the re-keying)."""
+    """silu_and_mul's STATIC_D: with it 0, today's template is the one before it on more source
+    lines; the longer line table may move where the program headers and the code segment start in
+    the cubin (it did with the NVRTC of the day), so the check compares what they hold, not where
+    (its first form refused the re-keying)."""
     from astra_kernels.tools.toolchain.compiler import compile_many
 
     script = module()
     folder = suite.load("silu_and_mul")
-    before = parse_template((Path(__file__).resolve().parents[1] / "support" / "cuda" /
-                             "silu_and_mul_before_static_d.cu").read_text(), "template.cu",
-                            suite.template_symbols(folder.spec))
+    before = parse_template(silu_before_static_d(), "template.cu", suite.template_symbols(folder.spec))
     config = {"THREADS": 512, "VEC": 2, "CHUNKS": 1, "ROWS": 1, "UNROLL": 1, "FAST_MATH": 0, "FLAT": 1, "STREAM": 0}
     shape = {"T": 1, "D": 14336}
     old = suite.request(folder, "template", shape, "bf16", "default", config, sms=132, arch="sm_90",
