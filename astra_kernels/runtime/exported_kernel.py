@@ -155,10 +155,42 @@ class ExportedKernel:
         if isinstance(instance, Exclusion):
             raise AstraError(f"{self.name}: the {pick.source} cannot run at {self.spec.label(shape)}: {instance.reason}")
         name = self.binaries.get(binary_key(template, pick.source, pick.config, instance))
-        launch = Launch(name, pick.source, dict(pick.config), pick.picked_by, instance.grid, instance.block,
+        config, picked_by = dict(pick.config), pick.picked_by
+        if name is None and (nearest := self._nearest_binary(pick.source, pick.config, env)) is not None:
+            name, config, instance = nearest
+            picked_by += "; not in this file, so its nearest kernel that runs here"
+        launch = Launch(name, pick.source, config, picked_by, instance.grid, instance.block,
                         instance.shared_bytes, name is not None)
         self._plans[key] = launch
         return launch
+
+    def _nearest_binary(self, source: str, config: dict[str, int], env) -> tuple | None:
+        """Where the pick's binary is not in the file (a define derived from the shape, as a row
+        length compiled in, at a width the export did not cover): the file's binary of the pick's
+        source that runs here as it was built (its derived defines are this shape's), fewest value
+        steps from the pick (the folder's template: positions in each parameter's values; another
+        source: parameters that differ), the first of the file's order among equals; its name,
+        configuration and instance, or None. The C launch cannot compile the pick, so it runs this
+        (export_pick.cu.in's nearest_binary, the same rule); a call here runs it too, where the
+        file's kernel starts at once and a compile would take seconds at the first call."""
+        template = self.table.source_of(source)
+        index = {p.name: {v: i for i, v in enumerate(p.values)} for p in template.parameters}
+        best = None
+        for built in self.manifest["binaries"]:
+            if built["source"] != source:
+                continue
+            instance = template.instantiate(built["config"], env)
+            if isinstance(instance, Exclusion):
+                continue
+            if self.binaries.get(binary_key(template, source, built["config"], instance)) != built["name"]:
+                continue  # built with other derived defines or flags than this shape takes
+            if source == "template":
+                steps = sum(abs(index[n].get(built["config"][n], -1) - index[n].get(config[n], -1)) for n in index)
+            else:
+                steps = sum(built["config"][n] != config[n] for n in template.names)
+            if best is None or steps < best[0]:
+                best = (steps, built["name"], dict(built["config"]), instance)
+        return best and best[1:]
 
     # --- a call --------------------------------------------------------------------------------
 

@@ -245,6 +245,28 @@ def test_cpp_launch_without_a_kernel_for_the_pick_says_which_shape(exported, bui
     assert run.stdout.startswith("-\t"), run.stdout
 
 
+def test_a_width_the_file_does_not_cover_runs_the_files_nearest_kernel_that_runs_there(exported, built):
+    """silu_and_mul's STATIC_D picks compile the row length in, so at a width none of the covered
+    shapes has (13824, Llama-2-13B's) the pick's binary is not in the file; the launch, which cannot
+    compile one, runs the file's binary that runs there nearest the pick (fewest value steps: at
+    4x13824 the same launch with the row length read at run time), and the C pick and the Python
+    callable say the same. merge_attn_states' uncovered D (the test above) has no such binary: still refused."""
+    kernel_export = load_callable(exported["silu_and_mul"])
+    binaries = _manifest(exported["silu_and_mul"])["binaries"]
+    shapes = [{"T": 4, "D": 13824}, {"T": 300, "D": 8960}, {"T": 5000, "D": 9728}]
+    for shape in shapes:
+        pick = kernel_export.table.pick(shape, 132, "sm_90")
+        plan = kernel_export.plan(shape, 132, "sm_90")
+        assert pick.config["STATIC_D"] == 1 and plan.kernel is not None, shape
+        assert plan.picked_by == pick.picked_by + "; not in this file, so its nearest kernel that runs here"
+        assert plan.config != pick.config and plan.config in [b["config"] for b in binaries], shape
+    # where the file holds the pick's configuration with the row length read at run time, that one
+    assert kernel_export.plan(shapes[0], 132, "sm_90").config == {**kernel_export.table.pick(shapes[0]).config,
+                                                                  "STATIC_D": 0}
+    _assert_cpp_pick_is_python_pick(exported["silu_and_mul"], built["silu_and_mul"],
+                                    [(132, 90, shape) for shape in shapes])
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory) -> Path:
     """The agent-like table (tests/support/mixed_table.py) exported from a folder holding its dispatch.json."""
