@@ -23,7 +23,8 @@ Then, on the machine that keeps the repository, `--install KIND` copies each fin
 dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and a cold tune's
 results store, gzip'd, to kernels_sglang/recorded/KIND-DATE/ (replays read a kernel's newest
 recording, so no warm one is shipped) with the rows of the kernel's previous recording of that kind
-it did not measure again (a tune of some shapes onto the shipped table), after checking that the
+it did not measure again, of today's template and baseline (a tune of some shapes onto the shipped
+table), after checking that the
 table was tuned on a GPU of that kind in that regime. No GPU is needed for --install.
 """
 
@@ -168,7 +169,7 @@ def install(out: Path, kind: str) -> int:
         with tempfile.TemporaryDirectory() as work:
             store = Path(work) / "results.sqlite"
             shutil.copyfile(folder / "results.sqlite", store)
-            carried = keep_previous(store, previous) if previous else 0
+            carried = keep_previous(store, previous, folder.name) if previous else 0
             with open(store, "rb") as source, open(staged, "wb") as raw, \
                     gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as target:
                 shutil.copyfileobj(source, target)
@@ -190,13 +191,21 @@ def newest_recording(kernel: str, kind: str) -> Path | None:
     return found[-1] if found else None
 
 
-def keep_previous(store: Path, previous: Path) -> int:
-    """Copy into `store` (a results store) every row of the recording `previous` whose key it lacks;
-    how many. A tune of some shapes (`--set sweep` onto the shipped table) leaves the table's other
-    entries as the previous tune picked them, so the recording that replaces the previous one keeps
-    their measurements, and a replay of the shipped table (`--replay recorded --start shipped`)
-    still answers at every shape. Each row keeps its own measurement, device, run and date; where
-    both measured a key, the new measurement stands."""
+def keep_previous(store: Path, previous: Path, kernel: str) -> int:
+    """Copy into `store` (a results store) every row of the recording `previous` whose key it lacks
+    and that measured `kernel`'s template or baseline as they are today (the rows a replay can
+    reach; older templates' rows stay in the older recordings); how many. A tune of some shapes
+    (`--set sweep` onto the shipped table) leaves the table's other entries as the previous tune
+    picked them, so the recording that replaces the previous one keeps their measurements, and a
+    replay of the shipped table (`--replay recorded --start shipped`) still answers at every shape.
+    Each row keeps its own measurement, device, run and date; where both measured a key, the new
+    measurement stands."""
+    import hashlib
+
+    from astra_kernels import suite
+
+    folder = suite.load(kernel)
+    today = [hashlib.sha256(source.code.encode()).hexdigest() for source in (folder.template, folder.baseline)]
     with tempfile.TemporaryDirectory() as work:
         old = Path(work) / "previous.sqlite"
         with gzip.open(previous, "rb") as source, open(old, "wb") as out:
@@ -210,7 +219,8 @@ def keep_previous(store: Path, previous: Path) -> int:
                 raise SystemExit(f"{previous}: its results table is not of the new store's schema; the recording was "
                                  "not installed")
             before = db.execute("SELECT COUNT(*) FROM main.results").fetchone()[0]
-            db.execute("INSERT OR IGNORE INTO main.results SELECT * FROM previous.results")
+            db.execute("INSERT OR IGNORE INTO main.results SELECT * FROM previous.results "
+                       "WHERE kernel = ? AND source_sha256 IN (?, ?)", (kernel, *today))
             db.execute("INSERT OR IGNORE INTO main.meta SELECT * FROM previous.meta")
             db.commit()
             carried = db.execute("SELECT COUNT(*) FROM main.results").fetchone()[0] - before

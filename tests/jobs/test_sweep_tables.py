@@ -41,16 +41,21 @@ def test_install_puts_tables_and_cold_stores_where_the_shipped_ones_live(tmp_pat
     assert sorted(p.name for p in (repo / "kernels_sglang/recorded").iterdir()) == ["h200-2026-11-29"]
 
 
-def store_of(path: Path, rows: dict[str, float]) -> Path:
-    """A results store of the real schema holding `rows` (key -> median us), a silu_and_mul row each."""
+def store_of(path: Path, rows: dict[str, float], older: tuple[str, ...] = ()) -> Path:
+    """A results store of the real schema holding `rows` (key -> median us), a silu_and_mul row each
+    of today's template (the keys in `older`: of another template text)."""
+    import hashlib
     import sqlite3
 
+    from astra_kernels import suite
     from astra_kernels.tools.measuring.results import ResultsStore
 
+    today = hashlib.sha256(suite.load("silu_and_mul").template.code.encode()).hexdigest()
     ResultsStore(path).close()  # the schema
     db = sqlite3.connect(path)
-    db.executemany("INSERT INTO results (key, kernel, which, median_us, result) VALUES (?, 'silu_and_mul', "
-                   "'template', ?, '{}')", list(rows.items()))
+    db.executemany("INSERT INTO results (key, kernel, which, median_us, source_sha256, result) VALUES "
+                   "(?, 'silu_and_mul', 'template', ?, ?, '{}')",
+                   [(key, us, "0" * 64 if key in older else today) for key, us in rows.items()])
     db.commit()
     db.close()
     return path
@@ -71,23 +76,25 @@ def medians(recording: Path, tmp_path: Path) -> dict[str, float]:
 def test_install_keeps_the_previous_recordings_rows_the_new_tune_did_not_measure(tmp_path, monkeypatch, capsys):
     """A tune of the sweep onto the shipped table leaves the table's other entries as the previous
     tune picked them: the recording that replaces the previous one keeps their measurements (a
-    replay of the shipped table still answers there), and the new measurement of a key both made."""
+    replay of the shipped table still answers there), and the new measurement of a key both made;
+    an older template's rows, which no replay reaches, stay behind in the older recording."""
     sweep = module()
     repo = tmp_path / "repo"
     monkeypatch.setattr(sweep, "ROOT", repo)
     older, previous = (repo / "kernels_sglang/recorded" / s for s in ("h200-2026-11-26b", "h200-2026-11-28"))
     for folder in (older, previous, repo / "kernels_sglang/recorded/h100-2026-11-29"):
         folder.mkdir(parents=True)
-    for folder, rows in ((older, {"gone": 9.0}), (previous, {"kept": 1.0, "again": 2.0}),
+    for folder, rows in ((older, {"gone": 9.0}), (previous, {"kept": 1.0, "again": 2.0, "an older template's": 5.0}),
                          (repo / "kernels_sglang/recorded/h100-2026-11-29", {"an h100's": 3.0})):
-        raw = store_of(tmp_path / f"{folder.name}.sqlite", rows).read_bytes()
+        raw = store_of(tmp_path / f"{folder.name}.sqlite", rows, older=("an older template's",)).read_bytes()
         (folder / "silu_and_mul.sqlite.gz").write_bytes(gzip.compress(raw))
     tune = finished(tmp_path / "out", "cold", "silu_and_mul")
     (tune / "results.sqlite").unlink()
     store_of(tune / "results.sqlite", {"again": 2.5, "new": 4.0})
     assert sweep.install(tmp_path / "out", "h200") == 0
     installed = repo / "kernels_sglang/recorded/h200-2026-11-29/silu_and_mul.sqlite.gz"
-    # the newest h200 recording's row the tune lacks, the tune's own where both have one; no other's
+    # the newest h200 recording's row of today's template the tune lacks, the tune's own where both have
+    # one; no older template's, no other recording's
     assert medians(installed, tmp_path) == {"kept": 1.0, "again": 2.5, "new": 4.0}
     assert "with 1 row of h200-2026-11-28's it did not measure again" in capsys.readouterr().out
     assert gzip.decompress((previous / "silu_and_mul.sqlite.gz").read_bytes()) == \
