@@ -24,8 +24,8 @@ dispatch.json to kernels_sglang/tuned/KIND/ (KIND/warm/ for the warm regime) and
 results store, gzip'd, to kernels_sglang/recorded/KIND-DATE/ (replays read a kernel's newest
 recording, so no warm one is shipped) with the rows of the kernel's previous recording of that kind
 it did not measure again, of today's template and baseline (a tune of some shapes onto the shipped
-table), after checking that the
-table was tuned on a GPU of that kind in that regime. No GPU is needed for --install.
+table), after checking that the table was tuned on a GPU of that kind in that regime. No GPU is
+needed for --install.
 """
 
 from __future__ import annotations
