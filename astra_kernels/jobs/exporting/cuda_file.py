@@ -521,8 +521,9 @@ def _header(source, folder, binaries, groups, shapes, unrunnable, arch, command,
         if b.shapes:
             out.append(f"//       {', '.join(b.shapes)}")
     out += ["//", f"// {len(shapes)} shapes are covered (the table's, the spec's sets and any given with --shapes);",
-            "// any other shape runs where its pick is one of these kernels, and otherwise "
-            f"{k}_launch returns", "// cudaErrorNotSupported naming the shape (export again with --shapes)."]
+            "// any other shape runs its pick where that is one of these kernels, else the nearest of them that",
+            "// runs there (its reason says so), and where none does "
+            f"{k}_launch returns cudaErrorNotSupported naming", "// the shape (export again with --shapes)."]
     if unrunnable:
         out.append("// Covered shapes no configuration runs at: " + "; ".join(f"{s} ({r})" for s, r in unrunnable.items()))
     return out

@@ -204,9 +204,10 @@ def readme(manifest: dict, folder: suite.KernelFolder, groups: list[Group]) -> s
         build,
         "```",
         "",
-        f"The file's header lists the kernels, the table and the covered shapes; {k}_launch returns "
-        "`cudaErrorNotSupported` (and says which shape) for a shape whose pick the file lacks; "
-        "`astra export ... --shapes` adds shapes.",
+        f"The file's header lists the kernels, the table and the covered shapes; at a shape whose pick the "
+        f"file lacks, {k}_launch runs the file's nearest kernel that runs there (its `picked_by` says so) "
+        "and returns `cudaErrorNotSupported` (saying which shape) where none does; `astra export ... --shapes` "
+        "adds shapes, so their picks themselves run.",
         "",
         "## Call it from Python",
         "",
